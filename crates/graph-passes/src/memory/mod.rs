@@ -1,0 +1,2 @@
+//! The memory pass: offset assignment of activations into one pool.
+pub mod pack;

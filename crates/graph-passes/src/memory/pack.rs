@@ -1,0 +1,1 @@
+//! Packing core: offsets for plain buffers with lifetimes (placeholder).
