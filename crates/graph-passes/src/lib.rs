@@ -12,6 +12,7 @@ pub mod ids;
 pub mod liveness;
 pub mod memory;
 pub mod stream;
+pub mod timing;
 pub mod topo;
 
 pub use ids::{GroupId, StreamId};
