@@ -7,6 +7,8 @@ mod cmd_plan;
 mod cmd_synth;
 mod cmd_validate;
 mod load;
+#[allow(dead_code)] // used by `run` (next)
+mod tensors_io;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
