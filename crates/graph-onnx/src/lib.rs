@@ -1,1 +1,3 @@
-//! graph-onnx: placeholder
+//! graph-onnx: ONNX model -> `ComputeGraph`.
+
+pub mod proto;
