@@ -101,6 +101,29 @@ pub enum AttributeType {
     TypeProtos = 14,
 }
 
+impl AttributeType {
+    /// The ONNX spelling, for error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttributeType::Undefined => "UNDEFINED",
+            AttributeType::Float => "FLOAT",
+            AttributeType::Int => "INT",
+            AttributeType::String => "STRING",
+            AttributeType::Tensor => "TENSOR",
+            AttributeType::Graph => "GRAPH",
+            AttributeType::SparseTensor => "SPARSE_TENSOR",
+            AttributeType::TypeProto => "TYPE_PROTO",
+            AttributeType::Floats => "FLOATS",
+            AttributeType::Ints => "INTS",
+            AttributeType::Strings => "STRINGS",
+            AttributeType::Tensors => "TENSORS",
+            AttributeType::Graphs => "GRAPHS",
+            AttributeType::SparseTensors => "SPARSE_TENSORS",
+            AttributeType::TypeProtos => "TYPE_PROTOS",
+        }
+    }
+}
+
 /// `AttributeProto`: a named attribute of a node. Singular fields are `optional` (proto2 presence) so that a
 /// zero value written by an exporter is distinguishable from an absent one.
 #[derive(Clone, PartialEq, prost::Message)]
