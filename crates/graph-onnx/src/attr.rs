@@ -19,10 +19,7 @@ impl<'a> Attrs<'a> {
             if !attr.ref_attr_name.is_empty() {
                 return Err(a.err(
                     &attr.name,
-                    format!(
-                        "refers to function attribute '{}'; only literal values are supported",
-                        attr.ref_attr_name
-                    ),
+                    format!("refers to function attribute '{}'; only literal values are supported", attr.ref_attr_name),
                 ));
             }
         }
@@ -79,10 +76,7 @@ impl<'a> Attrs<'a> {
         }
         match found.as_slice() {
             [one] => Ok(*one),
-            _ => Err(self.err(
-                &a.name,
-                "has no type and no single value field to infer it from",
-            )),
+            _ => Err(self.err(&a.name, "has no type and no single value field to infer it from")),
         }
     }
 
@@ -91,20 +85,13 @@ impl<'a> Attrs<'a> {
     }
 
     /// The attribute if present, after checking that its type is `want`.
-    fn typed(
-        &self,
-        name: &str,
-        want: AttributeType,
-    ) -> Result<Option<&'a AttributeProto>, OnnxError> {
+    fn typed(&self, name: &str, want: AttributeType) -> Result<Option<&'a AttributeProto>, OnnxError> {
         let Some(a) = self.get(name) else {
             return Ok(None);
         };
         let kind = self.kind(a)?;
         if kind != want {
-            return Err(self.err(
-                name,
-                format!("has type {}, expected {}", kind.name(), want.name()),
-            ));
+            return Err(self.err(name, format!("has type {}, expected {}", kind.name(), want.name())));
         }
         Ok(Some(a))
     }
@@ -112,10 +99,7 @@ impl<'a> Attrs<'a> {
     pub(crate) fn int_opt(&self, name: &str) -> Result<Option<i64>, OnnxError> {
         match self.typed(name, AttributeType::Int)? {
             None => Ok(None),
-            Some(a) => a
-                .i
-                .map(Some)
-                .ok_or_else(|| self.err(name, "is declared INT but has no value")),
+            Some(a) => a.i.map(Some).ok_or_else(|| self.err(name, "is declared INT but has no value")),
         }
     }
 
@@ -136,10 +120,7 @@ impl<'a> Attrs<'a> {
     pub(crate) fn float_opt(&self, name: &str) -> Result<Option<f32>, OnnxError> {
         match self.typed(name, AttributeType::Float)? {
             None => Ok(None),
-            Some(a) => a
-                .f
-                .map(Some)
-                .ok_or_else(|| self.err(name, "is declared FLOAT but has no value")),
+            Some(a) => a.f.map(Some).ok_or_else(|| self.err(name, "is declared FLOAT but has no value")),
         }
     }
 
@@ -151,13 +132,8 @@ impl<'a> Attrs<'a> {
         match self.typed(name, AttributeType::String)? {
             None => Ok(None),
             Some(a) => {
-                let bytes = a
-                    .s
-                    .as_ref()
-                    .ok_or_else(|| self.err(name, "is declared STRING but has no value"))?;
-                String::from_utf8(bytes.clone())
-                    .map(Some)
-                    .map_err(|_| self.err(name, "is not valid UTF-8"))
+                let bytes = a.s.as_ref().ok_or_else(|| self.err(name, "is declared STRING but has no value"))?;
+                String::from_utf8(bytes.clone()).map(Some).map_err(|_| self.err(name, "is not valid UTF-8"))
             }
         }
     }
@@ -168,25 +144,17 @@ impl<'a> Attrs<'a> {
 
     /// An INTS attribute; an INTS attribute with no entries is an empty list.
     pub(crate) fn ints_opt(&self, name: &str) -> Result<Option<Vec<i64>>, OnnxError> {
-        Ok(self
-            .typed(name, AttributeType::Ints)?
-            .map(|a| a.ints.clone()))
+        Ok(self.typed(name, AttributeType::Ints)?.map(|a| a.ints.clone()))
     }
 
     pub(crate) fn floats_opt(&self, name: &str) -> Result<Option<Vec<f32>>, OnnxError> {
-        Ok(self
-            .typed(name, AttributeType::Floats)?
-            .map(|a| a.floats.clone()))
+        Ok(self.typed(name, AttributeType::Floats)?.map(|a| a.floats.clone()))
     }
 
     pub(crate) fn tensor_opt(&self, name: &str) -> Result<Option<&'a TensorProto>, OnnxError> {
         match self.typed(name, AttributeType::Tensor)? {
             None => Ok(None),
-            Some(a) => a
-                .t
-                .as_ref()
-                .map(Some)
-                .ok_or_else(|| self.err(name, "is declared TENSOR but has no value")),
+            Some(a) => a.t.as_ref().map(Some).ok_or_else(|| self.err(name, "is declared TENSOR but has no value")),
         }
     }
 
@@ -226,10 +194,7 @@ mod tests {
         let n = node(vec![AttributeProto::floats("axis", &[1.0])]);
         let a = Attrs::new(&n).unwrap();
         let e = a.int("axis", 1).unwrap_err().to_string();
-        assert_eq!(
-            e,
-            "node 'sm' (Softmax): attribute 'axis': has type FLOATS, expected INT"
-        );
+        assert_eq!(e, "node 'sm' (Softmax): attribute 'axis': has type FLOATS, expected INT");
     }
 
     #[test]
@@ -237,10 +202,7 @@ mod tests {
         let mut bad = AttributeProto::int("axis", 1);
         bad.r#type = 99;
         let n = node(vec![bad]);
-        assert!(matches!(
-            Attrs::new(&n),
-            Err(OnnxError::UnknownAttributeType { code: 99, .. })
-        ));
+        assert!(matches!(Attrs::new(&n), Err(OnnxError::UnknownAttributeType { code: 99, .. })));
     }
 
     #[test]
@@ -249,20 +211,14 @@ mod tests {
         a.r#type = 0;
         let n = node(vec![a]);
         assert_eq!(Attrs::new(&n).unwrap().int("axis", 1).unwrap(), 0);
-        let n = node(vec![AttributeProto {
-            name: "x".into(),
-            ..Default::default()
-        }]);
+        let n = node(vec![AttributeProto { name: "x".into(), ..Default::default() }]);
         assert!(matches!(Attrs::new(&n), Err(OnnxError::Attribute { .. })));
     }
 
     #[test]
     fn declared_type_without_value_is_an_error() {
-        let n = node(vec![AttributeProto {
-            name: "axis".into(),
-            r#type: AttributeType::Int as i32,
-            ..Default::default()
-        }]);
+        let n =
+            node(vec![AttributeProto { name: "axis".into(), r#type: AttributeType::Int as i32, ..Default::default() }]);
         assert!(Attrs::new(&n).unwrap().int("axis", 1).is_err());
     }
 

@@ -249,6 +249,10 @@ pub enum OnnxError {
         /// What is wrong.
         problem: String,
     },
+    /// graph-ir rejected the graph (shape or dtype inference, validation, limits); its message names the
+    /// node or tensor.
+    #[error(transparent)]
+    Graph(#[from] graph_ir::GraphError),
     /// A shape declared in the file (value_info or graph output) disagrees with the inferred one.
     #[error("tensor '{tensor}': the file declares {declared}, inference gives {inferred}")]
     ShapeMismatch {

@@ -6,9 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::error::OnnxError;
-use crate::proto::{
-    tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
-};
+use crate::proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
 use crate::tensor::{self, TensorValue};
 use crate::ImportOptions;
 
@@ -55,28 +53,17 @@ impl DeclType {
 
 /// Human-readable dims with symbolic names and `?` for unknown ones, for error messages.
 pub(crate) fn show_decl(dims: &[Option<usize>]) -> String {
-    let parts: Vec<String> = dims
-        .iter()
-        .map(|d| d.map_or_else(|| "?".to_string(), |v| v.to_string()))
-        .collect();
+    let parts: Vec<String> = dims.iter().map(|d| d.map_or_else(|| "?".to_string(), |v| v.to_string())).collect();
     format!("[{}]", parts.join(", "))
 }
 
 /// Reads a `ValueInfoProto`'s tensor type.
 pub(crate) fn decl_type(v: &ValueInfoProto) -> Result<DeclType, OnnxError> {
-    let bad = |problem: &str| OnnxError::BadType {
-        value: v.name.clone(),
-        problem: problem.to_string(),
-    };
+    let bad = |problem: &str| OnnxError::BadType { value: v.name.clone(), problem: problem.to_string() };
     let ty = v.r#type.as_ref().ok_or_else(|| bad("has no type"))?;
     let t = match &ty.value {
         Some(type_proto::Value::TensorType(t)) => t,
-        Some(other) => {
-            return Err(bad(&format!(
-                "has type {}; only tensor types are supported",
-                other.kind()
-            )))
-        }
+        Some(other) => return Err(bad(&format!("has type {}; only tensor types are supported", other.kind()))),
         None => return Err(bad("has an empty type")),
     };
     let dims = match &t.shape {
@@ -85,21 +72,16 @@ pub(crate) fn decl_type(v: &ValueInfoProto) -> Result<DeclType, OnnxError> {
             s.dim
                 .iter()
                 .map(|d| match &d.value {
-                    Some(dimension::Value::DimValue(x)) => usize::try_from(*x)
-                        .map(DeclDim::Known)
-                        .map_err(|_| bad(&format!("has negative dimension {x}"))),
-                    Some(dimension::Value::DimParam(p)) if !p.is_empty() => {
-                        Ok(DeclDim::Symbolic(p.clone()))
+                    Some(dimension::Value::DimValue(x)) => {
+                        usize::try_from(*x).map(DeclDim::Known).map_err(|_| bad(&format!("has negative dimension {x}")))
                     }
+                    Some(dimension::Value::DimParam(p)) if !p.is_empty() => Ok(DeclDim::Symbolic(p.clone())),
                     _ => Ok(DeclDim::Unknown),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
-    Ok(DeclType {
-        elem_type: t.elem_type,
-        dims,
-    })
+    Ok(DeclType { elem_type: t.elem_type, dims })
 }
 
 /// An initializer: its validated header and its data, if the file carries any.
@@ -108,19 +90,8 @@ pub(crate) struct Initializer {
     pub(crate) dtype: i32,
     /// The dims.
     pub(crate) dims: Vec<usize>,
-    /// Packed little-endian data; `None` for a weight whose values are supplied at run time.
-    pub(crate) data: Option<Vec<u8>>,
-}
-
-impl Initializer {
-    /// The initializer as a constant value, when it has data.
-    pub(crate) fn value(&self) -> Option<TensorValue> {
-        self.data.as_ref().map(|d| TensorValue {
-            dtype: self.dtype,
-            dims: self.dims.clone(),
-            bytes: d.clone(),
-        })
-    }
+    /// The data; `None` for a weight whose values are supplied at run time.
+    pub(crate) value: Option<TensorValue>,
 }
 
 /// A graph input after binding its symbolic dims.
@@ -136,6 +107,8 @@ pub(crate) struct Parsed {
     pub(crate) opset: i64,
     /// `producer_name` and `producer_version`, space-separated.
     pub(crate) producer: String,
+    /// The file's IR version.
+    pub(crate) ir_version: i64,
     /// The graph, with nodes in file order.
     pub(crate) graph: GraphProto,
     /// Initializers by name, in file order.
@@ -152,43 +125,34 @@ pub(crate) struct Parsed {
 pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxError> {
     use prost::Message;
     if bytes.len() as u64 > opts.max_file_bytes {
-        return Err(OnnxError::FileTooLarge {
-            bytes: bytes.len() as u64,
-            limit: opts.max_file_bytes,
-        });
+        return Err(OnnxError::FileTooLarge { bytes: bytes.len() as u64, limit: opts.max_file_bytes });
     }
     let model = ModelProto::decode(bytes)?;
     let opset = default_opset(&model)?;
-    let producer = format!("{} {}", model.producer_name, model.producer_version)
-        .trim()
-        .to_string();
-    let graph = model.graph.ok_or(OnnxError::NoGraph)?;
+    let producer = format!("{} {}", model.producer_name, model.producer_version).trim().to_string();
+    let ir_version = model.ir_version;
+    let mut graph = model.graph.ok_or(OnnxError::NoGraph)?;
     if !graph.sparse_initializer.is_empty() {
-        return Err(OnnxError::UnsupportedFeature(format!(
-            "{} sparse initializer(s)",
-            graph.sparse_initializer.len()
-        )));
+        return Err(OnnxError::UnsupportedFeature(format!("{} sparse initializer(s)", graph.sparse_initializer.len())));
     }
 
-    let mut seen: HashMap<&str, String> = HashMap::new();
+    // The initializers move out of the graph so that their data is never copied.
     let mut initializers = Vec::with_capacity(graph.initializer.len());
-    for t in &graph.initializer {
-        if let Some(first) = seen.insert(&t.name, "an initializer".to_string()) {
+    for t in std::mem::take(&mut graph.initializer) {
+        let name = t.name.clone();
+        let (h, data) = tensor::decode(&name, t, opts.max_tensor_bytes)?;
+        let value = data.map(|d| TensorValue::new(h.dtype, h.dims.clone(), d));
+        initializers.push((name, Initializer { dtype: h.dtype, dims: h.dims, value }));
+    }
+    let mut seen: HashMap<&str, String> = HashMap::new();
+    for (name, _) in &initializers {
+        if let Some(first) = seen.insert(name, "an initializer".to_string()) {
             return Err(OnnxError::DuplicateDefinition {
-                tensor: t.name.clone(),
+                tensor: name.clone(),
                 first,
                 second: "an initializer".to_string(),
             });
         }
-        let (h, data) = tensor::decode(&t.name, t, opts.max_tensor_bytes)?;
-        initializers.push((
-            t.name.clone(),
-            Initializer {
-                dtype: h.dtype,
-                dims: h.dims,
-                data,
-            },
-        ));
     }
 
     let inputs = bind_inputs(&graph, &seen, opts)?;
@@ -215,32 +179,15 @@ pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxEr
         }
     }
     drop(seen);
-    Ok(Parsed {
-        opset,
-        producer,
-        graph,
-        initializers,
-        inputs,
-        declared,
-        order,
-    })
+    Ok(Parsed { opset, producer, ir_version, graph, initializers, inputs, declared, order })
 }
 
 fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
-    let v = model
-        .opset_import
-        .iter()
-        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
-        .map_or(0, |o| o.version);
+    let v = model.opset_import.iter().find(|o| o.domain.is_empty() || o.domain == "ai.onnx").map_or(0, |o| o.version);
     if (MIN_OPSET..=MAX_OPSET).contains(&v) {
         Ok(v)
     } else {
-        Err(OnnxError::OpsetOutOfRange {
-            domain: String::new(),
-            version: v,
-            min: MIN_OPSET,
-            max: MAX_OPSET,
-        })
+        Err(OnnxError::OpsetOutOfRange { domain: String::new(), version: v, min: MIN_OPSET, max: MAX_OPSET })
     }
 }
 
@@ -282,56 +229,30 @@ fn bind_inputs(
                             used.insert(k.as_str());
                             x
                         }
-                        None => {
-                            return Err(OnnxError::UnboundDim {
-                                input: v.name.clone(),
-                                axis,
-                                dim: s.clone(),
-                            })
-                        }
+                        None => return Err(OnnxError::UnboundDim { input: v.name.clone(), axis, dim: s.clone() }),
                     }
                 }
-                DeclDim::Unknown => {
-                    return Err(OnnxError::UnknownDim {
-                        input: v.name.clone(),
-                        axis,
-                    })
-                }
+                DeclDim::Unknown => return Err(OnnxError::UnknownDim { input: v.name.clone(), axis }),
             });
         }
         let signed: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
         let numel = tensor::checked_numel(&v.name, &signed)?;
         let size = tensor::elem_size(ty.elem_type).unwrap_or(1) as u64;
-        if (numel as u64)
-            .checked_mul(size)
-            .is_none_or(|b| b > opts.max_tensor_bytes)
-        {
+        if (numel as u64).checked_mul(size).is_none_or(|b| b > opts.max_tensor_bytes) {
             return Err(OnnxError::TensorTooLarge {
                 tensor: v.name.clone(),
                 dims: signed,
                 limit: opts.max_tensor_bytes,
             });
         }
-        inputs.push(Input {
-            name: v.name.clone(),
-            dtype: ty.elem_type,
-            dims,
-        });
+        inputs.push(Input { name: v.name.clone(), dtype: ty.elem_type, dims });
     }
-    let mut unused: Vec<&String> = opts
-        .dims
-        .keys()
-        .filter(|k| !used.contains(k.as_str()))
-        .collect();
+    let mut unused: Vec<&String> = opts.dims.keys().filter(|k| !used.contains(k.as_str())).collect();
     unused.sort();
     if let Some(dim) = unused.first() {
         return Err(OnnxError::UnusedDimBinding {
             dim: (*dim).clone(),
-            known: if all_symbols.is_empty() {
-                "none".to_string()
-            } else {
-                all_symbols.join(", ")
-            },
+            known: if all_symbols.is_empty() { "none".to_string() } else { all_symbols.join(", ") },
         });
     }
     Ok(inputs)
@@ -349,10 +270,7 @@ pub(crate) fn node_label(node: &NodeProto, index: usize) -> String {
 /// Orders the nodes so that every tensor is defined before it is read, keeping file order where possible
 /// (Kahn's algorithm, always taking the lowest ready index). Reports undefined tensors, tensors defined
 /// twice, and cycles with the nodes on one cycle. O((N + E) log N).
-fn topo_order(
-    nodes: &[NodeProto],
-    predefined: &HashMap<&str, String>,
-) -> Result<Vec<usize>, OnnxError> {
+fn topo_order(nodes: &[NodeProto], predefined: &HashMap<&str, String>) -> Result<Vec<usize>, OnnxError> {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
 
@@ -396,10 +314,7 @@ fn topo_order(
             }
         }
     }
-    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
-        .filter(|&i| indegree[i] == 0)
-        .map(Reverse)
-        .collect();
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len()).filter(|&i| indegree[i] == 0).map(Reverse).collect();
     let mut order = Vec::with_capacity(nodes.len());
     while let Some(Reverse(i)) = ready.pop() {
         order.push(i);
@@ -421,29 +336,20 @@ fn topo_order(
     let mut cur = stuck[0];
     loop {
         if let Some(&p) = pos.get(&cur) {
-            let mut cycle: Vec<String> = walk[p..]
-                .iter()
-                .rev()
-                .map(|&i| node_label(&nodes[i], i))
-                .collect();
+            let mut cycle: Vec<String> = walk[p..].iter().rev().map(|&i| node_label(&nodes[i], i)).collect();
             cycle.push(cycle[0].clone());
             return Err(OnnxError::Cycle { nodes: cycle });
         }
         pos.insert(cur, walk.len());
         walk.push(cur);
         // A stuck node has at least one stuck predecessor (its remaining indegree counts them).
-        let pred = nodes[cur]
-            .input
-            .iter()
-            .filter_map(|inp| producer.get(inp.as_str()).copied())
-            .find(|&p| indegree[p] > 0);
+        let pred =
+            nodes[cur].input.iter().filter_map(|inp| producer.get(inp.as_str()).copied()).find(|&p| indegree[p] > 0);
         match pred {
             Some(p) => cur = p,
             None => {
                 // Unreachable for a consistent indegree table; report what we have rather than panic.
-                return Err(OnnxError::Cycle {
-                    nodes: walk.iter().map(|&i| node_label(&nodes[i], i)).collect(),
-                });
+                return Err(OnnxError::Cycle { nodes: walk.iter().map(|&i| node_label(&nodes[i], i)).collect() });
             }
         }
     }
@@ -471,11 +377,7 @@ mod tests {
 
     #[test]
     fn cycle_is_named_in_order() {
-        let nodes = vec![
-            n("a", &["x", "t3"], &["t1"]),
-            n("b", &["t1"], &["t2"]),
-            n("c", &["t2"], &["t3"]),
-        ];
+        let nodes = vec![n("a", &["x", "t3"], &["t1"]), n("b", &["t1"], &["t2"]), n("c", &["t2"], &["t3"])];
         match topo_order(&nodes, &pre()) {
             Err(OnnxError::Cycle { nodes }) => {
                 assert_eq!(nodes.len(), 4);
@@ -504,9 +406,6 @@ mod tests {
             Err(OnnxError::DuplicateDefinition { tensor, .. }) if tensor == "t1"
         ));
         let nodes = vec![n("a", &["x"], &["x"])];
-        assert!(matches!(
-            topo_order(&nodes, &pre()),
-            Err(OnnxError::DuplicateDefinition { .. })
-        ));
+        assert!(matches!(topo_order(&nodes, &pre()), Err(OnnxError::DuplicateDefinition { .. })));
     }
 }

@@ -433,70 +433,43 @@ impl TensorProto {
 
     /// A tensor with dims and type but no data, as the shared models store their large weights.
     pub fn shape_only(name: &str, data_type: i32, dims: &[i64]) -> Self {
-        TensorProto {
-            name: name.to_string(),
-            dims: dims.to_vec(),
-            data_type,
-            ..Default::default()
-        }
+        TensorProto { name: name.to_string(), dims: dims.to_vec(), data_type, ..Default::default() }
     }
 }
 
 impl AttributeProto {
     fn named(name: &str, ty: AttributeType) -> Self {
-        AttributeProto {
-            name: name.to_string(),
-            r#type: ty as i32,
-            ..Default::default()
-        }
+        AttributeProto { name: name.to_string(), r#type: ty as i32, ..Default::default() }
     }
 
     /// An INT attribute.
     pub fn int(name: &str, v: i64) -> Self {
-        AttributeProto {
-            i: Some(v),
-            ..Self::named(name, AttributeType::Int)
-        }
+        AttributeProto { i: Some(v), ..Self::named(name, AttributeType::Int) }
     }
 
     /// A FLOAT attribute.
     pub fn float(name: &str, v: f32) -> Self {
-        AttributeProto {
-            f: Some(v),
-            ..Self::named(name, AttributeType::Float)
-        }
+        AttributeProto { f: Some(v), ..Self::named(name, AttributeType::Float) }
     }
 
     /// A STRING attribute.
     pub fn string(name: &str, v: &str) -> Self {
-        AttributeProto {
-            s: Some(v.as_bytes().to_vec()),
-            ..Self::named(name, AttributeType::String)
-        }
+        AttributeProto { s: Some(v.as_bytes().to_vec()), ..Self::named(name, AttributeType::String) }
     }
 
     /// An INTS attribute.
     pub fn ints(name: &str, v: &[i64]) -> Self {
-        AttributeProto {
-            ints: v.to_vec(),
-            ..Self::named(name, AttributeType::Ints)
-        }
+        AttributeProto { ints: v.to_vec(), ..Self::named(name, AttributeType::Ints) }
     }
 
     /// A FLOATS attribute.
     pub fn floats(name: &str, v: &[f32]) -> Self {
-        AttributeProto {
-            floats: v.to_vec(),
-            ..Self::named(name, AttributeType::Floats)
-        }
+        AttributeProto { floats: v.to_vec(), ..Self::named(name, AttributeType::Floats) }
     }
 
     /// A TENSOR attribute.
     pub fn tensor(name: &str, t: TensorProto) -> Self {
-        AttributeProto {
-            t: Some(t),
-            ..Self::named(name, AttributeType::Tensor)
-        }
+        AttributeProto { t: Some(t), ..Self::named(name, AttributeType::Tensor) }
     }
 }
 
@@ -524,10 +497,7 @@ impl ModelProto {
     pub fn with_graph(opset: i64, graph: GraphProto) -> Self {
         ModelProto {
             ir_version: 8,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: opset,
-            }],
+            opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opset }],
             producer_name: "graph-onnx-tests".to_string(),
             graph: Some(graph),
             ..Default::default()
@@ -539,9 +509,7 @@ impl ModelProto {
 pub fn op_inventory(graph: &GraphProto) -> HashMap<(String, String), (usize, Vec<String>)> {
     let mut out: HashMap<(String, String), (usize, Vec<String>)> = HashMap::new();
     for node in &graph.node {
-        let entry = out
-            .entry((node.domain.clone(), node.op_type.clone()))
-            .or_default();
+        let entry = out.entry((node.domain.clone(), node.op_type.clone())).or_default();
         entry.0 += 1;
         for a in &node.attribute {
             if !entry.1.contains(&a.name) {

@@ -6,6 +6,8 @@
 //! cuplan uses. Every size is computed with checked arithmetic and compared with the bytes actually present
 //! before anything is allocated, so a hostile `dims` field can only produce an error.
 
+use std::sync::Arc;
+
 use crate::error::OnnxError;
 use crate::proto::{data_location, data_type, TensorProto};
 
@@ -26,24 +28,22 @@ pub(crate) fn elem_size(code: i32) -> Option<usize> {
 pub(crate) fn checked_numel(tensor: &str, dims: &[i64]) -> Result<usize, OnnxError> {
     let mut n: usize = 1;
     for &d in dims {
-        let d = usize::try_from(d).map_err(|_| OnnxError::NegativeDim {
-            tensor: tensor.to_string(),
-            dims: dims.to_vec(),
-        })?;
-        n = n.checked_mul(d).ok_or_else(|| OnnxError::SizeOverflow {
-            tensor: tensor.to_string(),
-            dims: dims.to_vec(),
-        })?;
+        let d = usize::try_from(d)
+            .map_err(|_| OnnxError::NegativeDim { tensor: tensor.to_string(), dims: dims.to_vec() })?;
+        n = n
+            .checked_mul(d)
+            .ok_or_else(|| OnnxError::SizeOverflow { tensor: tensor.to_string(), dims: dims.to_vec() })?;
     }
     Ok(n)
 }
 
-/// A decoded tensor payload: element type (ONNX code), dims, and packed little-endian bytes.
+/// A decoded tensor payload: element type (ONNX code), dims, and packed little-endian bytes. The bytes are
+/// shared, so that a weight's data is never copied after decoding (a full BERT carries 440 MB of them).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TensorValue {
     pub(crate) dtype: i32,
     pub(crate) dims: Vec<usize>,
-    pub(crate) bytes: Vec<u8>,
+    pub(crate) bytes: Arc<Vec<u8>>,
 }
 
 /// The header of a `TensorProto` after validation: its type, dims and whether it carries data.
@@ -55,22 +55,11 @@ pub(crate) struct TensorHeader {
 }
 
 /// Validates a tensor's type, dims, size limit and storage; does not look at the data yet.
-pub(crate) fn header(
-    name: &str,
-    t: &TensorProto,
-    max_tensor_bytes: u64,
-) -> Result<TensorHeader, OnnxError> {
+pub(crate) fn header(name: &str, t: &TensorProto, max_tensor_bytes: u64) -> Result<TensorHeader, OnnxError> {
     if t.data_location == data_location::EXTERNAL || !t.external_data.is_empty() {
-        let location = t
-            .external_data
-            .iter()
-            .find(|e| e.key == "location")
-            .map(|e| e.value.clone())
-            .unwrap_or_default();
-        return Err(OnnxError::ExternalData {
-            tensor: name.to_string(),
-            location,
-        });
+        let location =
+            t.external_data.iter().find(|e| e.key == "location").map(|e| e.value.clone()).unwrap_or_default();
+        return Err(OnnxError::ExternalData { tensor: name.to_string(), location });
     }
     if t.data_location != data_location::DEFAULT {
         return Err(OnnxError::MalformedTensor {
@@ -103,11 +92,7 @@ pub(crate) fn header(
     }
     // Each dim fits in usize because the product does.
     let dims = t.dims.iter().map(|&d| d as usize).collect();
-    Ok(TensorHeader {
-        dtype: t.data_type,
-        dims,
-        numel,
-    })
+    Ok(TensorHeader { dtype: t.data_type, dims, numel })
 }
 
 /// Which field holds the data, and how many entries it has.
@@ -137,35 +122,26 @@ fn present_data(t: &TensorProto) -> Vec<(&'static str, usize)> {
     v
 }
 
-/// Decodes a tensor's data. `Ok(None)` when the tensor has no data at all (a stripped weight, or an empty
-/// tensor); an error when the data is in the wrong field or its length disagrees with the dims.
+/// Decodes a tensor's data, moving `raw_data` out rather than copying it. `Ok(None)` when the tensor has no
+/// data at all (a stripped weight); an error when the data is in the wrong field or its length disagrees
+/// with the dims.
 pub(crate) fn decode(
     name: &str,
-    t: &TensorProto,
+    mut t: TensorProto,
     max_tensor_bytes: u64,
 ) -> Result<(TensorHeader, Option<Vec<u8>>), OnnxError> {
+    let t = &mut t;
     let h = header(name, t, max_tensor_bytes)?;
     let present = present_data(t);
     let Some(&(field, len)) = present.first() else {
         // An empty tensor's data is trivially present.
-        return Ok(if h.numel == 0 {
-            (h, Some(Vec::new()))
-        } else {
-            (h, None)
-        });
+        return Ok(if h.numel == 0 { (h, Some(Vec::new())) } else { (h, None) });
     };
-    let malformed = |problem: String| OnnxError::MalformedTensor {
-        tensor: name.to_string(),
-        problem,
-    };
+    let malformed = |problem: String| OnnxError::MalformedTensor { tensor: name.to_string(), problem };
     if present.len() > 1 {
         return Err(malformed(format!(
             "data in more than one field ({})",
-            present
-                .iter()
-                .map(|(f, _)| *f)
-                .collect::<Vec<_>>()
-                .join(", ")
+            present.iter().map(|(f, _)| *f).collect::<Vec<_>>().join(", ")
         )));
     }
     // Safe: header() accepted the dtype.
@@ -180,7 +156,7 @@ pub(crate) fn decode(
                 actual: len as u64,
             });
         }
-        return Ok((h, Some(t.raw_data.clone())));
+        return Ok((h, Some(std::mem::take(&mut t.raw_data))));
     }
     let expected_field = match h.dtype {
         data_type::FLOAT => "float_data",
@@ -205,33 +181,15 @@ pub(crate) fn decode(
     }
     let mut out = Vec::with_capacity(h.numel * size);
     match h.dtype {
-        data_type::FLOAT => t
-            .float_data
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        data_type::DOUBLE => t
-            .double_data
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        data_type::INT64 => t
-            .int64_data
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        data_type::UINT64 => t
-            .uint64_data
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        data_type::FLOAT => t.float_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        data_type::DOUBLE => t.double_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        data_type::INT64 => t.int64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        data_type::UINT64 => t.uint64_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         // uint32 values travel in uint64_data; the truncation keeps the low 32 bits, which hold the value.
-        data_type::UINT32 => t
-            .uint64_data
-            .iter()
-            .for_each(|&v| out.extend_from_slice(&(v as u32).to_le_bytes())),
+        data_type::UINT32 => t.uint64_data.iter().for_each(|&v| out.extend_from_slice(&(v as u32).to_le_bytes())),
         // Everything else travels one element per int32 entry: keep the low `size` bytes (for float16 and
         // bfloat16 that is the bit pattern; for bool, int8, uint8 the value).
-        _ => t
-            .int32_data
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..size])),
+        _ => t.int32_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..size])),
     }
     Ok((h, Some(out)))
 }
@@ -254,6 +212,10 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
 }
 
 impl TensorValue {
+    pub(crate) fn new(dtype: i32, dims: Vec<usize>, bytes: Vec<u8>) -> Self {
+        TensorValue { dtype, dims, bytes: Arc::new(bytes) }
+    }
+
     /// Number of elements.
     pub(crate) fn numel(&self) -> usize {
         self.dims.iter().product()
@@ -271,22 +233,14 @@ impl TensorValue {
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as i64)
                 .collect(),
-            data_type::INT32 => b
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-                .collect(),
-            data_type::UINT32 => b
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-                .collect(),
-            data_type::INT16 => b
-                .chunks_exact(2)
-                .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64)
-                .collect(),
-            data_type::UINT16 => b
-                .chunks_exact(2)
-                .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64)
-                .collect(),
+            data_type::INT32 => {
+                b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()
+            }
+            data_type::UINT32 => {
+                b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()
+            }
+            data_type::INT16 => b.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as i64).collect(),
+            data_type::UINT16 => b.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as i64).collect(),
             data_type::INT8 => b.iter().map(|&x| x as i8 as i64).collect(),
             data_type::UINT8 | data_type::BOOL => b.iter().map(|&x| x as i64).collect(),
             _ => return None,
@@ -298,28 +252,21 @@ impl TensorValue {
     pub(crate) fn to_f64s(&self) -> Vec<f64> {
         let b = &self.bytes;
         match self.dtype {
-            data_type::FLOAT => b
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-                .collect(),
+            data_type::FLOAT => {
+                b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()
+            }
             data_type::DOUBLE => b
                 .chunks_exact(8)
                 .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                 .collect(),
-            data_type::FLOAT16 => b
-                .chunks_exact(2)
-                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
-                .collect(),
+            data_type::FLOAT16 => {
+                b.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64).collect()
+            }
             data_type::BFLOAT16 => b
                 .chunks_exact(2)
                 .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16) as f64)
                 .collect(),
-            _ => self
-                .to_i64s()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|v| v as f64)
-                .collect(),
+            _ => self.to_i64s().unwrap_or_default().into_iter().map(|v| v as f64).collect(),
         }
     }
 }
@@ -341,8 +288,8 @@ mod tests {
             float_data: vec![1.0, -2.0, 3.5, 0.0],
             ..Default::default()
         };
-        let (h, a) = decode("w", &raw, BIG).unwrap();
-        let (_, b) = decode("w", &typed, BIG).unwrap();
+        let (h, a) = decode("w", raw.clone(), BIG).unwrap();
+        let (_, b) = decode("w", typed.clone(), BIG).unwrap();
         assert_eq!(h.dims, vec![2, 2]);
         assert_eq!(a, b);
         assert_eq!(a.unwrap().len(), 16);
@@ -356,7 +303,7 @@ mod tests {
             int32_data: vec![-1, 5, 127],
             ..Default::default()
         };
-        let (_, b) = decode("t", &t, BIG).unwrap();
+        let (_, b) = decode("t", t.clone(), BIG).unwrap();
         assert_eq!(b.unwrap(), vec![0xff, 5, 127]);
         let h = TensorProto {
             dims: vec![1],
@@ -364,12 +311,8 @@ mod tests {
             int32_data: vec![0x3c00],
             ..Default::default()
         };
-        let (_, b) = decode("h", &h, BIG).unwrap();
-        let v = TensorValue {
-            dtype: data_type::FLOAT16,
-            dims: vec![1],
-            bytes: b.unwrap(),
-        };
+        let (_, b) = decode("h", h.clone(), BIG).unwrap();
+        let v = TensorValue::new(data_type::FLOAT16, vec![1], b.unwrap());
         assert_eq!(v.to_f64s(), vec![1.0]);
     }
 
@@ -387,100 +330,61 @@ mod tests {
     #[test]
     fn stripped_weight_has_no_data_and_empty_tensor_has_empty_data() {
         let t = TensorProto::shape_only("w", data_type::FLOAT, &[64, 3, 7, 7]);
-        let (h, d) = decode("w", &t, BIG).unwrap();
+        let (h, d) = decode("w", t.clone(), BIG).unwrap();
         assert_eq!(h.numel, 64 * 3 * 49);
         assert!(d.is_none());
         let e = TensorProto::shape_only("e", data_type::INT64, &[0]);
-        assert_eq!(decode("e", &e, BIG).unwrap().1, Some(vec![]));
+        assert_eq!(decode("e", e.clone(), BIG).unwrap().1, Some(vec![]));
     }
 
     #[test]
     fn length_mismatch_names_field_and_counts() {
         let mut t = TensorProto::f32("w", &[4], &[1.0, 2.0, 3.0, 4.0]);
         t.raw_data.pop();
-        match decode("w", &t, BIG) {
-            Err(OnnxError::DataLength {
-                field,
-                expected,
-                actual,
-                ..
-            }) => {
+        match decode("w", t.clone(), BIG) {
+            Err(OnnxError::DataLength { field, expected, actual, .. }) => {
                 assert_eq!((field, expected, actual), ("raw_data", 16, 15));
             }
             other => panic!("{other:?}"),
         }
-        let t = TensorProto {
-            dims: vec![3],
-            data_type: data_type::INT64,
-            int64_data: vec![1, 2],
-            ..Default::default()
-        };
-        assert!(matches!(
-            decode("t", &t, BIG),
-            Err(OnnxError::DataLength { expected: 3, actual: 2, .. })
-        ));
+        let t =
+            TensorProto { dims: vec![3], data_type: data_type::INT64, int64_data: vec![1, 2], ..Default::default() };
+        assert!(matches!(decode("t", t.clone(), BIG), Err(OnnxError::DataLength { expected: 3, actual: 2, .. })));
     }
 
     #[test]
     fn huge_dims_are_errors_not_allocations() {
         let t = TensorProto::shape_only("w", data_type::FLOAT, &[1_000_000_000; 3]);
-        assert!(matches!(
-            decode("w", &t, BIG),
-            Err(OnnxError::SizeOverflow { .. })
-        ));
+        assert!(matches!(decode("w", t.clone(), BIG), Err(OnnxError::SizeOverflow { .. })));
         let t = TensorProto::f32("w", &[1_000_000_000, 1_000_000_000], &[1.0]);
-        assert!(matches!(
-            decode("w", &t, BIG),
-            Err(OnnxError::TensorTooLarge { .. })
-        ));
+        assert!(matches!(decode("w", t.clone(), BIG), Err(OnnxError::TensorTooLarge { .. })));
         let t = TensorProto::f32("w", &[1_000_000_000], &[1.0]);
         assert!(matches!(
-            decode("w", &t, BIG),
-            Err(OnnxError::DataLength {
-                expected: 4_000_000_000,
-                actual: 4,
-                ..
-            })
+            decode("w", t.clone(), BIG),
+            Err(OnnxError::DataLength { expected: 4_000_000_000, actual: 4, .. })
         ));
         let t = TensorProto::shape_only("w", data_type::FLOAT, &[-1]);
-        assert!(matches!(
-            decode("w", &t, BIG),
-            Err(OnnxError::NegativeDim { .. })
-        ));
+        assert!(matches!(decode("w", t.clone(), BIG), Err(OnnxError::NegativeDim { .. })));
     }
 
     #[test]
     fn external_and_unsupported_types_are_named() {
         let mut t = TensorProto::shape_only("w", data_type::FLOAT, &[4]);
         t.data_location = data_location::EXTERNAL;
-        t.external_data.push(StringStringEntryProto {
-            key: "location".into(),
-            value: "weights.bin".into(),
-        });
-        match decode("w", &t, BIG) {
+        t.external_data.push(StringStringEntryProto { key: "location".into(), value: "weights.bin".into() });
+        match decode("w", t.clone(), BIG) {
             Err(OnnxError::ExternalData { tensor, location }) => {
                 assert_eq!((tensor.as_str(), location.as_str()), ("w", "weights.bin"))
             }
             other => panic!("{other:?}"),
         }
         let t = TensorProto::shape_only("s", data_type::STRING, &[1]);
-        assert!(matches!(
-            decode("s", &t, BIG),
-            Err(OnnxError::UnsupportedDtype { dtype: "STRING", .. })
-        ));
+        assert!(matches!(decode("s", t.clone(), BIG), Err(OnnxError::UnsupportedDtype { dtype: "STRING", .. })));
     }
 
     #[test]
     fn wrong_field_for_dtype_is_rejected() {
-        let t = TensorProto {
-            dims: vec![1],
-            data_type: data_type::INT64,
-            float_data: vec![1.0],
-            ..Default::default()
-        };
-        assert!(matches!(
-            decode("t", &t, BIG),
-            Err(OnnxError::MalformedTensor { .. })
-        ));
+        let t = TensorProto { dims: vec![1], data_type: data_type::INT64, float_data: vec![1.0], ..Default::default() };
+        assert!(matches!(decode("t", t.clone(), BIG), Err(OnnxError::MalformedTensor { .. })));
     }
 }
