@@ -87,7 +87,7 @@ pub(crate) struct Importer<'o> {
     graph: ComputeGraph,
     values: HashMap<String, Val>,
     declared: HashMap<String, DeclType>,
-    /// Names read by some node or listed as graph outputs.
+    /// Optional outputs (index 1 and up) that some node reads or the graph lists as outputs.
     used: HashSet<String>,
     weights: Vec<WeightData>,
     stats: ImportStats,
@@ -98,8 +98,16 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
     let Parsed { opset, producer, ir_version, graph: gp, initializers, inputs, declared, order } = parsed;
     let name = if gp.name.is_empty() { "onnx".to_string() } else { gp.name.clone() };
     let limits = Limits { max_tensor_bytes: opts.max_tensor_bytes, ..Limits::default() };
-    let mut used: HashSet<String> = gp.node.iter().flat_map(|n| n.input.iter().cloned()).collect();
-    used.extend(gp.output.iter().map(|o| o.name.clone()));
+    // Which optional outputs (beyond the first) some node or the graph reads: few, so only those are kept.
+    let optional: HashSet<&str> = gp.node.iter().flat_map(|n| n.output.iter().skip(1)).map(String::as_str).collect();
+    let used: HashSet<String> = gp
+        .node
+        .iter()
+        .flat_map(|n| &n.input)
+        .chain(gp.output.iter().map(|o| &o.name))
+        .filter(|name| optional.contains(name.as_str()))
+        .cloned()
+        .collect();
     let mut imp = Importer {
         opts,
         graph: ComputeGraph::with_limits(name, limits),

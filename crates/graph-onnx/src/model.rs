@@ -166,9 +166,10 @@ pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxEr
         }
     }
 
-    let mut declared = HashMap::new();
-    for v in graph.value_info.iter().chain(&graph.output) {
-        declared.insert(v.name.clone(), decl_type(v)?);
+    let mut declared = HashMap::with_capacity(graph.value_info.len() + graph.output.len());
+    for v in std::mem::take(&mut graph.value_info).into_iter().chain(graph.output.iter().cloned()) {
+        let ty = decl_type(&v)?;
+        declared.insert(v.name, ty);
     }
 
     let order = topo_order(&graph.node, &seen)?;

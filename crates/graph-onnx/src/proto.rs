@@ -401,6 +401,16 @@ impl ValueInfoProto {
         }
     }
 
+    /// A tensor value of element type `elem_type` with no shape information (unknown rank).
+    pub fn untyped_shape(name: &str, elem_type: i32) -> Self {
+        ValueInfoProto {
+            name: name.to_string(),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type, shape: None })),
+            }),
+        }
+    }
+
     /// A static-shaped float tensor value.
     pub fn f32(name: &str, dims: &[i64]) -> Self {
         let dims: Vec<Dim> = dims.iter().map(|&d| Dim::Value(d)).collect();
@@ -489,6 +499,18 @@ impl NodeProto {
     pub fn with_attrs(mut self, attrs: Vec<AttributeProto>) -> Self {
         self.attribute.extend(attrs);
         self
+    }
+}
+
+impl GraphProto {
+    /// A graph from its parts (name "test").
+    pub fn build(
+        node: Vec<NodeProto>,
+        input: Vec<ValueInfoProto>,
+        output: Vec<ValueInfoProto>,
+        initializer: Vec<TensorProto>,
+    ) -> Self {
+        GraphProto { node, name: "test".to_string(), initializer, input, output, ..Default::default() }
     }
 }
 
