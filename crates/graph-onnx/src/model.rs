@@ -168,6 +168,10 @@ pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxEr
 
     let mut declared = HashMap::with_capacity(graph.value_info.len() + graph.output.len());
     for v in std::mem::take(&mut graph.value_info).into_iter().chain(graph.output.iter().cloned()) {
+        // An untyped value_info or output declares nothing to check; inference alone decides.
+        if v.r#type.is_none() {
+            continue;
+        }
         let ty = decl_type(&v)?;
         declared.insert(v.name, ty);
     }

@@ -438,7 +438,12 @@ impl Importer<'_> {
             .ok_or_else(|| a.err("axis", format!("{axis} out of range for rank {}", x.len())))?;
         let extent = x[ax];
         let n = c.node.output.len();
-        let splits = match (self.const_ints(c, 1)?, a.int_opt("num_outputs")?) {
+        // Sizes come from the `split` input (13+); the attribute form (before 13) is accepted too.
+        let sizes = match (a.ints_opt("split")?, self.const_ints(c, 1)?) {
+            (Some(_), Some(_)) => return Err(c.invalid("split given both as attribute and as input")),
+            (x, None) | (None, x) => x,
+        };
+        let splits = match (sizes, a.int_opt("num_outputs")?) {
             (Some(s), _) => usizes(c, "split", &s)?,
             (None, Some(k)) => {
                 if k < 1 || k as usize != n {
@@ -446,8 +451,9 @@ impl Importer<'_> {
                 }
                 // Opset 18: chunks of ceil(extent / k); the last takes what is left.
                 let chunk = extent.div_ceil(n);
-                let last = extent
-                    .checked_sub(chunk * (n - 1))
+                let last = chunk
+                    .checked_mul(n - 1)
+                    .and_then(|used| extent.checked_sub(used))
                     .ok_or_else(|| a.err("num_outputs", format!("{n} chunks of {chunk} exceed the extent {extent}")))?;
                 let mut v = vec![chunk; n - 1];
                 v.push(last);

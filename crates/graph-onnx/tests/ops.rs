@@ -558,3 +558,57 @@ fn declared_shapes_must_agree_with_inference() {
         "{e}"
     );
 }
+
+#[test]
+fn split_attribute_form_and_untyped_outputs() {
+    let n = NodeProto::new("Split", "s", &["x"], &["a", "b"]).with_attrs(vec![A::ints("split", &[2, 3])]);
+    // Outputs with no type at all declare nothing; inference decides.
+    let untyped = |name: &str| ValueInfoProto { name: name.into(), r#type: None };
+    let m = imp(13, vec![n], vec![f32v("x", &[5])], vec![untyped("a"), untyped("b")], vec![]);
+    assert_eq!(op(&m, "s"), Op::Split { axis: 0, splits: vec![2, 3] });
+    assert_eq!(dims(&m, "b"), vec![3]);
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// SAME padding: the output extent is ceil(input / stride), and the odd pad goes to the end for
+        /// SAME_UPPER and to the beginning for SAME_LOWER.
+        #[test]
+        fn same_padding_keeps_ceil_extent(
+            input in 1i64..40, k in 1i64..6, s in 1i64..4, d in 1i64..3, upper in any::<bool>(),
+        ) {
+            let mode = if upper { "SAME_UPPER" } else { "SAME_LOWER" };
+            let m = conv_model(
+                &[1, 1, input],
+                &[1, 1, k],
+                vec![A::string("auto_pad", mode), A::ints("strides", &[s]), A::ints("dilations", &[d])],
+            ).unwrap();
+            prop_assert_eq!(dims(&m, "y")[2] as i64, (input + s - 1) / s);
+            let Op::Conv(a) = op(&m, "conv") else { panic!() };
+            let (b, e) = (a.pads[0], a.pads[1]);
+            prop_assert!(b.abs_diff(e) <= 1);
+            if b != e {
+                prop_assert_eq!(e > b, upper, "pads ({}, {})", b, e);
+            }
+        }
+
+        /// File order does not matter: any permutation of a valid chain imports to the same graph.
+        #[test]
+        fn node_order_is_irrelevant(perm in Just((0..6).collect::<Vec<usize>>()).prop_shuffle()) {
+            let ops = ["Relu", "Neg", "Exp", "Sigmoid", "Tanh", "Abs"];
+            let nodes: Vec<NodeProto> = (0..6)
+                .map(|i| {
+                    let input = if i == 0 { "x".to_string() } else { format!("t{}", i - 1) };
+                    NodeProto::new(ops[i], &format!("n{i}"), &[input.as_str()], &[format!("t{i}").as_str()])
+                })
+                .collect();
+            let shuffled: Vec<NodeProto> = perm.iter().map(|&i| nodes[i].clone()).collect();
+            let m = imp(13, shuffled, vec![f32v("x", &[3, 2])], vec![f32v("t5", &[3, 2])], vec![]);
+            let order: Vec<String> = m.graph.nodes().map(|(_, n)| n.name.clone()).collect();
+            prop_assert_eq!(order, (0..6).map(|i| format!("n{i}")).collect::<Vec<_>>());
+        }
+    }
+}
