@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::proto::data_type;
 use crate::tensor::{elem_size, TensorValue};
-use crate::types::{code_of, dtype_of};
+use crate::types::dtype_of;
 
 type R<T> = Result<T, String>;
 
@@ -418,9 +418,9 @@ pub(crate) fn constant_of_shape(dims: &[i64], value: Option<&TensorValue>, max_b
     Ok(TensorValue::new(code, dims, elem.repeat(n)))
 }
 
-/// The code graph-ir would give a dtype, for values built here.
+/// An int64 value (Shape, Size, Constant ints).
 pub(crate) fn i64_value(dims: Vec<usize>, v: &[i64]) -> TensorValue {
-    TensorValue::new(code_of(graph_ir::DType::I64), dims, pack_ints(data_type::INT64, v))
+    TensorValue::new(data_type::INT64, dims, pack_ints(data_type::INT64, v))
 }
 
 #[cfg(test)]

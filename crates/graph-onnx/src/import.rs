@@ -10,7 +10,6 @@
 //! the file's `value_info` and graph outputs.
 
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
 
 use graph_ir::{ComputeGraph, DType, Limits, Op, Shape, TensorId, TensorRole};
 
@@ -30,7 +29,7 @@ pub(crate) struct Val {
     /// Static dims.
     pub(crate) dims: Vec<usize>,
     /// Data, when known at compile time.
-    pub(crate) konst: Option<Rc<TensorValue>>,
+    pub(crate) konst: Option<TensorValue>,
     /// The graph tensor, once created.
     pub(crate) id: Option<TensorId>,
 }
@@ -129,7 +128,7 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
     }
     for (name, init) in initializers {
         imp.check_declared(&name, init.dtype, &init.dims)?;
-        let konst = init.value.map(Rc::new);
+        let konst = init.value;
         imp.values.insert(name, Val { code: init.dtype, dims: init.dims, konst, id: None });
     }
 
@@ -163,7 +162,7 @@ impl Importer<'_> {
 
     /// The compile-time value of input `i`: `None` when the input is absent, an error when it is present but
     /// computed at run time.
-    pub(crate) fn const_input(&self, c: &Ctx, i: usize) -> Result<Option<Rc<TensorValue>>, OnnxError> {
+    pub(crate) fn const_input(&self, c: &Ctx, i: usize) -> Result<Option<TensorValue>, OnnxError> {
         let Some(name) = c.input(i) else { return Ok(None) };
         match &self.val(c, name)?.konst {
             Some(k) => Ok(Some(k.clone())),
@@ -317,7 +316,7 @@ impl Importer<'_> {
             if name.is_empty() {
                 continue;
             }
-            self.define(name, Val { code: v.dtype, dims: v.dims.clone(), konst: Some(Rc::new(v)), id: None })?;
+            self.define(name, Val { code: v.dtype, dims: v.dims.clone(), konst: Some(v), id: None })?;
         }
         self.stats.folded_nodes += 1;
         Ok(())
@@ -336,7 +335,7 @@ impl Importer<'_> {
         if ins.is_empty() {
             return Ok(None);
         }
-        let refs: Vec<&TensorValue> = ins.iter().map(|r| r.as_ref()).collect();
+        let refs: Vec<&TensorValue> = ins.iter().collect();
         // Decide from types alone whether the result would be an index value, before computing anything.
         let result_code = match &p.op {
             Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual | Op::And | Op::Or | Op::Not => {
@@ -414,39 +413,37 @@ impl Importer<'_> {
         Ok(())
     }
 
-    /// Marks a graph output. A folded constant output is materialized and copied out through an Identity
-    /// node, since graph-ir outputs must be produced by a node.
+    /// Marks a graph output. graph-ir outputs must be produced by a node, so a folded constant output is
+    /// moved under a fresh name and copied out through an Identity node.
     fn mark_output(&mut self, name: &str) -> Result<(), OnnxError> {
-        let (id, konst) = match self.values.get(name) {
-            Some(v) => (v.id, v.konst.is_some()),
-            None => return Err(OnnxError::UndefinedOutput(name.to_string())),
+        let not_computed = || {
+            OnnxError::UnsupportedFeature(format!(
+                "graph output '{name}' is a graph input or weight; cuplan outputs must be computed by a node"
+            ))
         };
-        let produced = id.is_some_and(|id| self.graph.tensor(id).role == TensorRole::Intermediate);
-        if produced || id.is_some_and(|id| self.graph.tensor(id).role == TensorRole::Output) {
-            return Ok(self.graph.mark_output(id.unwrap_or_default())?);
-        }
-        if id.is_none() && konst {
-            let src_name = self.fresh_tensor_name(name);
-            let (code, dims, k) = match self.values.remove(name) {
-                Some(v) => (v.code, v.dims, v.konst),
-                None => return Err(OnnxError::UndefinedOutput(name.to_string())),
+        let v = self.values.get(name).ok_or_else(|| OnnxError::UndefinedOutput(name.to_string()))?;
+        if let Some(id) = v.id {
+            return match self.graph.tensor(id).role {
+                TensorRole::Intermediate | TensorRole::Output => Ok(self.graph.mark_output(id)?),
+                _ => Err(not_computed()),
             };
-            self.values.insert(src_name.clone(), Val { code, dims, konst: k, id: None });
-            let src = self.materialize(&src_name)?;
-            let node = self.node_name(name, "output");
-            let out = self.graph.add_node_named(&node, Op::Identity, &[src], &[name])?[0];
-            self.values.insert(
-                name.to_string(),
-                Val { code, dims: self.graph.tensor(out).shape.0.clone(), konst: None, id: Some(out) },
-            );
-            return Ok(self.graph.mark_output(out)?);
         }
-        Err(OnnxError::UnsupportedFeature(format!(
-            "graph output '{name}' is a graph input or weight; cuplan outputs must be computed by a node"
-        )))
+        if v.konst.is_none() {
+            return Err(not_computed());
+        }
+        let src_name = self.fresh_tensor_name(name);
+        let Some(v) = self.values.remove(name) else { return Err(not_computed()) };
+        let (code, dims) = (v.code, v.dims.clone());
+        self.values.insert(src_name.clone(), v);
+        let src = self.materialize(&src_name)?;
+        let node = self.node_name(name, "output");
+        let out = self.graph.add_node_named(&node, Op::Identity, &[src], &[name])?[0];
+        self.graph.mark_output(out)?;
+        self.values.insert(name.to_string(), Val { code, dims, konst: None, id: Some(out) });
+        Ok(())
     }
 
-    /// Output dims given as a DType, for ops that build shapes from an input's dtype.
+    /// The graph-ir dtype of required input `i` (CastLike's target).
     pub(crate) fn dtype(&self, c: &Ctx, i: usize) -> Result<DType, OnnxError> {
         let name = c.required(i)?;
         let code = self.val(c, name)?.code;

@@ -78,7 +78,7 @@ impl Importer<'_> {
         OnnxError::MissingInput { node: c.label.clone(), op_type: c.node.op_type.clone(), index: i }
     }
 
-    fn req_const(&self, c: &Ctx, i: usize) -> Result<std::rc::Rc<TensorValue>, OnnxError> {
+    fn req_const(&self, c: &Ctx, i: usize) -> Result<TensorValue, OnnxError> {
         c.required(i)?;
         self.const_input(c, i)?.ok_or_else(|| self.missing(c, i))
     }
@@ -117,6 +117,14 @@ impl Importer<'_> {
             }
             other => return Err(c.unsupported(format!("Constant attribute '{other}'"))),
         })
+    }
+
+    /// A list given as an attribute (older opsets) or as constant input `i` (newer ones); both is an error.
+    fn attr_or_input(&self, c: &Ctx, attr: &str, i: usize) -> Result<Option<Vec<i64>>, OnnxError> {
+        match (c.attrs.ints_opt(attr)?, self.const_ints(c, i)?) {
+            (Some(_), Some(_)) => Err(c.invalid(format!("{attr} given both as attribute and as input {i}"))),
+            (x, None) | (None, x) => Ok(x),
+        }
     }
 
     /// Builds the graph-ir op for a node; `None` when the op type has no mapping.
@@ -264,10 +272,7 @@ impl Importer<'_> {
                 Ok(Some(Planned::new(Op::BatchNormalization { epsilon: a.float("epsilon", 1e-5)? }, (0..5).collect())))
             }
             "ReduceSum" | "ReduceMean" | "ReduceMax" => {
-                let axes = match (a.ints_opt("axes")?, self.const_ints(c, 1)?) {
-                    (Some(_), Some(_)) => return Err(c.invalid("axes given both as attribute and as input")),
-                    (x, None) | (None, x) => x,
-                };
+                let axes = self.attr_or_input(c, "axes", 1)?;
                 let keepdims = a.flag("keepdims", true)?;
                 let axes = match axes {
                     Some(v) if !v.is_empty() => Some(v),
@@ -293,19 +298,9 @@ impl Importer<'_> {
                 unary(Op::Reshape { shape, allowzero: a.flag("allowzero", false)? })
             }
             "Flatten" => unary(Op::Flatten { axis: a.int("axis", 1)? }),
-            "Squeeze" => {
-                let axes = match (a.ints_opt("axes")?, self.const_ints(c, 1)?) {
-                    (Some(_), Some(_)) => return Err(c.invalid("axes given both as attribute and as input")),
-                    (x, None) | (None, x) => x,
-                };
-                unary(Op::Squeeze { axes })
-            }
+            "Squeeze" => unary(Op::Squeeze { axes: self.attr_or_input(c, "axes", 1)? }),
             "Unsqueeze" => {
-                let axes = match (a.ints_opt("axes")?, self.const_ints(c, 1)?) {
-                    (Some(_), Some(_)) => return Err(c.invalid("axes given both as attribute and as input")),
-                    (Some(x), None) | (None, Some(x)) => x,
-                    (None, None) => return Err(self.missing(c, 1)),
-                };
+                let axes = self.attr_or_input(c, "axes", 1)?.ok_or_else(|| self.missing(c, 1))?;
                 unary(Op::Unsqueeze { axes })
             }
             "Identity" => unary(Op::Identity),
@@ -439,11 +434,7 @@ impl Importer<'_> {
         let extent = x[ax];
         let n = c.node.output.len();
         // Sizes come from the `split` input (13+); the attribute form (before 13) is accepted too.
-        let sizes = match (a.ints_opt("split")?, self.const_ints(c, 1)?) {
-            (Some(_), Some(_)) => return Err(c.invalid("split given both as attribute and as input")),
-            (x, None) | (None, x) => x,
-        };
-        let splits = match (sizes, a.int_opt("num_outputs")?) {
+        let splits = match (self.attr_or_input(c, "split", 1)?, a.int_opt("num_outputs")?) {
             (Some(s), _) => usizes(c, "split", &s)?,
             (None, Some(k)) => {
                 if k < 1 || k as usize != n {

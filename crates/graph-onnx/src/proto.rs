@@ -343,20 +343,6 @@ pub mod tensor_shape_proto {
 
 // ---- Constructors: tests and fixtures build models from these; the importer never needs them. ----
 
-impl TensorShapeProto {
-    /// A fully static shape.
-    pub fn from_dims(dims: &[i64]) -> Self {
-        TensorShapeProto {
-            dim: dims
-                .iter()
-                .map(|&d| tensor_shape_proto::Dimension {
-                    value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
-                })
-                .collect(),
-        }
-    }
-}
-
 /// One dimension of a [`ValueInfoProto::tensor`] shape: a value or a symbolic name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Dim {
