@@ -234,6 +234,14 @@ pub enum GraphError {
         /// The supported version.
         supported: u64,
     },
+    /// A planning or run option is invalid.
+    #[error("invalid option '{option}': {detail}")]
+    InvalidOption {
+        /// The option's name.
+        option: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// Bad parameters for a synthetic graph family.
     #[error("synth {family}: {detail}")]
     Synth {
