@@ -3,7 +3,7 @@
 use anyhow::Result;
 use graph_ir::{ComputeGraph, TensorRole};
 
-use crate::load::{load_graph, GraphArgs};
+use crate::load::{load, GraphArgs};
 
 /// Arguments of `validate`.
 #[derive(clap::Args, Debug)]
@@ -62,8 +62,11 @@ pub fn summary(g: &ComputeGraph) -> String {
 
 /// Run `validate`.
 pub fn run(args: &ValidateArgs) -> Result<()> {
-    let g = load_graph(&args.graph)?;
-    g.validate()?;
-    print!("{}", summary(&g));
+    let l = load(&args.graph)?;
+    l.graph.validate()?;
+    print!("{}", summary(&l.graph));
+    if let Some(o) = &l.origin {
+        println!("  source: {o}");
+    }
     Ok(())
 }

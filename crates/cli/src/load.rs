@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
+use graph_plan::{HostTensor, TensorMap};
 use std::io::Read;
 use std::path::Path;
 
@@ -42,25 +43,59 @@ pub fn parse_dims(dims: &[String]) -> Result<Vec<(String, usize)>> {
         .collect()
 }
 
+/// A loaded graph with the weight values its file carried (ONNX initializers with data).
+pub struct Loaded {
+    /// The graph.
+    pub graph: ComputeGraph,
+    /// Weight values from the file, by tensor name.
+    #[allow(dead_code)] // read by `run` (next)
+    pub weights: TensorMap,
+    /// A line about the source format (opset, producer), for `validate`.
+    pub origin: Option<String>,
+}
+
 /// Load the graph named by `args`.
 pub fn load_graph(args: &GraphArgs) -> Result<ComputeGraph> {
+    Ok(load(args)?.graph)
+}
+
+/// Load the graph named by `args` with the weights its file carries.
+pub fn load(args: &GraphArgs) -> Result<Loaded> {
     let dims = parse_dims(&args.dims)?;
+    let plain = |graph| Loaded { graph, weights: TensorMap::new(), origin: None };
     if args.graph == "-" {
         let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
         let text = String::from_utf8(bytes).context("standard input is not UTF-8")?;
-        return graph_ir::json::from_json(&text).context("standard input");
+        return Ok(plain(graph_ir::json::from_json(&text).context("standard input")?));
     }
     let path = Path::new(&args.graph);
     let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
     let bytes = read_limited(file, &format!("'{}'", path.display()))?;
     let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     if is_onnx {
-        let _ = dims;
-        bail!("'{}': ONNX import is not available in this build yet", path.display());
+        let opts = graph_onnx::ImportOptions::with_dims(dims);
+        let model = graph_onnx::import(&bytes, &opts).with_context(|| format!("'{}'", path.display()))?;
+        drop(bytes);
+        let mut weights = TensorMap::new();
+        for w in &model.weights {
+            weights
+                .insert(w.name.clone(), HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() });
+        }
+        let s = &model.stats;
+        let origin = format!(
+            "onnx opset {} (ir {}, producer {:?}): {} nodes, {} folded at import, {} weights with data",
+            model.opset,
+            model.ir_version,
+            model.producer,
+            s.onnx_nodes,
+            s.folded_nodes,
+            model.weights.len()
+        );
+        return Ok(Loaded { graph: model.graph, weights, origin: Some(origin) });
     }
     if !dims.is_empty() {
         bail!("--dim applies to ONNX models only");
     }
     let text = String::from_utf8(bytes).with_context(|| format!("'{}' is not UTF-8 text", path.display()))?;
-    graph_ir::json::from_json(&text).with_context(|| format!("'{}'", path.display()))
+    Ok(plain(graph_ir::json::from_json(&text).with_context(|| format!("'{}'", path.display()))?))
 }

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The four shared real models (`/work/shared/models`, or `$CUPLAN_MODELS_DIR`) import and validate, with the
+//! The four shared real models (`../shared/models` beside the workspace, or `$CUPLAN_MODELS_DIR`) import and validate, with the
 //! node and tensor counts of their README and the attributes of representative nodes.
 //!
 //! When the directory is absent the tests print why and pass: the models are not part of the repository.
@@ -11,7 +11,8 @@ use graph_ir::{DType, Op, OpCategory, TensorRole};
 use graph_onnx::{import_file, ImportOptions, OnnxModel};
 
 fn models_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("CUPLAN_MODELS_DIR").map_or_else(|| PathBuf::from("/work/shared/models"), PathBuf::from);
+    let dir = std::env::var_os("CUPLAN_MODELS_DIR")
+        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models")), PathBuf::from);
     if dir.join("resnet50.onnx").is_file() {
         Some(dir)
     } else {
