@@ -1,1 +1,2 @@
+//! The `cuplan` command line (placeholder until the CLI lands).
 fn main() {}

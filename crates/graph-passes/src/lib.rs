@@ -1,2 +1,18 @@
-//! graph-passes: the analyses cuplan runs over a `ComputeGraph` (topo, liveness, fusion, memory, stream).
+//! graph-passes: the analyses cuplan runs over a `ComputeGraph`, in pipeline order
+//! `topo -> liveness -> fusion -> memory -> stream`. Each pass is a module with a plain function over immutable
+//! inputs that returns a documented, serde-serialisable struct; no pass mutates the graph, so each can be tested
+//! and inspected alone. `graph-plan` runs them in sequence and linearises the result into an `ExecutionPlan`.
+//!
+//! `device` holds the cost model (device profiles, per-launch roofline time and occupancy) shared by the stream
+//! pass and the simulator's timing model.
+
+pub mod device;
+pub mod fusion;
+pub mod ids;
+pub mod liveness;
 pub mod memory;
+pub mod stream;
+pub mod timing;
+pub mod topo;
+
+pub use ids::{GroupId, StreamId};

@@ -1,1 +1,33 @@
-//! graph-plan: placeholder
+//! graph-plan: the last stage of cuplan's compiler and the contract with the executors. `ExecutionPlan::build`
+//! runs the passes of graph-passes (topo, liveness, fusion, memory, stream) and linearises their results into
+//! one submission order of launches, records, waits and copies over one pre-planned memory layout. `verify`
+//! checks a finished plan independently of the passes. The `Executor` trait is what backends implement.
+//!
+//! Executor crates depend on this crate alone: it re-exports the IR types its steps mention.
+
+mod build;
+#[cfg(debug_assertions)]
+mod checks;
+mod display;
+pub mod exec;
+pub mod ids;
+pub mod plan;
+pub mod verify;
+
+pub use build::{linearise, run_pipeline, OrderStrategy, Pass, PipelineResult, PlanOptions, MAX_STREAMS};
+pub use exec::{ExecError, Executor, HostTensor, PreparedPlan, TensorMap, Unavailable};
+pub use ids::{EventId, GroupId, KernelId, StepId, StreamId, ValueId};
+pub use plan::{
+    Access, Binding, BindingRole, BufferRef, ExecutionPlan, Instr, Kernel, KernelOrder, Param, PlanNode, PlanStats,
+    PlanStep, Value,
+};
+pub use verify::{verify, Violation};
+
+/// The IR types plans mention, re-exported so executors need no other dependency.
+pub use graph_ir::{self as ir, op, DType, GraphError, GraphResult, Op, OpCost, Shape};
+/// Pass types plans mention (regions, kernel kinds, device profiles, fusion caps).
+pub use graph_passes::{
+    device::{DeviceProfile, LaunchEstimate},
+    fusion::{FusionCaps, FusionOptions, GroupKind},
+    memory::{MemoryOptions, Region},
+};

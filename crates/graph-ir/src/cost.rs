@@ -1,0 +1,181 @@
+//! Op cost from shapes and dtypes: floating-point operations and bytes read and written, the inputs of the
+//! roofline timing model (DESIGN.md section 5). Views cost nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::op::{Op, OpCategory};
+use crate::TensorSpec;
+
+/// What one op costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpCost {
+    /// Arithmetic operations (a multiply-add counts 2).
+    pub flops: u64,
+    /// Bytes read from device memory.
+    pub bytes_read: u64,
+    /// Bytes written to device memory.
+    pub bytes_written: u64,
+}
+
+impl std::ops::Add for OpCost {
+    type Output = OpCost;
+
+    /// Component-wise saturating sum.
+    fn add(self, o: OpCost) -> OpCost {
+        OpCost {
+            flops: self.flops.saturating_add(o.flops),
+            bytes_read: self.bytes_read.saturating_add(o.bytes_read),
+            bytes_written: self.bytes_written.saturating_add(o.bytes_written),
+        }
+    }
+}
+
+impl OpCost {
+    /// Bytes moved (read plus written).
+    pub fn bytes(&self) -> u64 {
+        self.bytes_read.saturating_add(self.bytes_written)
+    }
+}
+
+fn numel(t: &TensorSpec) -> u64 {
+    t.shape.numel().unwrap_or(usize::MAX) as u64
+}
+
+fn bytes(t: &TensorSpec) -> u64 {
+    t.shape.byte_size(t.dtype).unwrap_or(usize::MAX) as u64
+}
+
+fn sum_bytes(ts: &[TensorSpec]) -> u64 {
+    ts.iter().map(bytes).fold(0u64, u64::saturating_add)
+}
+
+/// Arithmetic operations per output element of an elementwise op (transcendentals count a few).
+pub fn elementwise_flops_per_element(op: &Op) -> u64 {
+    use Op::*;
+    match op {
+        Cast { .. }
+        | Neg
+        | Abs
+        | Relu
+        | Not
+        | Floor
+        | Ceil
+        | Add
+        | Sub
+        | Mul
+        | Max
+        | Min
+        | Equal
+        | Less
+        | LessOrEqual
+        | Greater
+        | GreaterOrEqual
+        | And
+        | Or
+        | Where => 1,
+        LeakyRelu { .. } | Clip { .. } | Div | Reciprocal => 2,
+        HardSigmoid { .. } | HardSwish => 4,
+        Exp | Log | Sqrt | Sigmoid | Tanh | Erf | Pow => 8,
+        Silu => 10,
+        Gelu { .. } => 16,
+        BatchNormalization { .. } => 4,
+        _ => 1,
+    }
+}
+
+/// The cost of `op` given its input and output specs.
+pub fn op_cost(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> OpCost {
+    let read = sum_bytes(inputs);
+    let written = sum_bytes(outputs);
+    let out0 = outputs.first().map_or(0, numel);
+    let flops = match op.category() {
+        OpCategory::View => return OpCost::default(),
+        OpCategory::Elementwise => out0.saturating_mul(elementwise_flops_per_element(op)),
+        OpCategory::DataMovement | OpCategory::Copy => 0,
+        OpCategory::Custom => {
+            if let Op::Custom(c) = op {
+                return OpCost {
+                    flops: c.flops,
+                    bytes_read: c.bytes_read.unwrap_or(read),
+                    bytes_written: c.bytes_written.unwrap_or(written),
+                };
+            }
+            0
+        }
+        OpCategory::Reduction => {
+            let n = inputs.first().map_or(0, numel);
+            match op {
+                Op::Softmax { .. } => n.saturating_mul(12),
+                Op::LayerNormalization { .. } => n.saturating_mul(8),
+                _ => n,
+            }
+        }
+        OpCategory::Anchor => anchor_flops(op, inputs, outputs),
+    };
+    // A broadcast operand is read once per kernel, not once per element: count its own size.
+    OpCost { flops, bytes_read: read, bytes_written: written }
+}
+
+fn anchor_flops(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> u64 {
+    let out = match outputs.first() {
+        Some(o) => o,
+        None => return 0,
+    };
+    let on = numel(out);
+    match op {
+        Op::MatMul => {
+            let a = &inputs[0].shape;
+            let k = a.dims().last().copied().unwrap_or(1) as u64;
+            on.saturating_mul(k).saturating_mul(2)
+        }
+        Op::Gemm { trans_a, .. } => {
+            let a = &inputs[0].shape.0;
+            let k = if *trans_a { a[0] } else { a[1] } as u64;
+            let bias = if inputs.len() > 2 { on } else { 0 };
+            on.saturating_mul(k).saturating_mul(2).saturating_add(bias)
+        }
+        Op::Conv(_) => {
+            let w = &inputs[1].shape.0;
+            // Per output element: C/group x kernel window multiply-adds.
+            let per: u64 = w[1..].iter().map(|&d| d as u64).fold(1u64, u64::saturating_mul);
+            let bias = if inputs.len() > 2 { on } else { 0 };
+            on.saturating_mul(per).saturating_mul(2).saturating_add(bias)
+        }
+        Op::MaxPool(a) | Op::AveragePool(a) => {
+            let per: u64 = a.kernel_shape.iter().map(|&d| d as u64).fold(1u64, u64::saturating_mul);
+            on.saturating_mul(per)
+        }
+        _ => on,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::op::ConvAttrs;
+    use crate::{DType, Shape};
+
+    fn t(v: &[usize]) -> TensorSpec {
+        TensorSpec { dtype: DType::F32, shape: Shape(v.to_vec()) }
+    }
+
+    #[test]
+    fn matmul_and_conv() {
+        let c = op_cost(&Op::MatMul, &[t(&[2, 3]), t(&[3, 4])], &[t(&[2, 4])]);
+        assert_eq!(c, OpCost { flops: 2 * 2 * 3 * 4, bytes_read: (6 + 12) * 4, bytes_written: 8 * 4 });
+        let c = op_cost(
+            &Op::Conv(ConvAttrs::default()),
+            &[t(&[1, 2, 5, 5]), t(&[4, 2, 3, 3]), t(&[4])],
+            &[t(&[1, 4, 3, 3])],
+        );
+        assert_eq!(c.flops, 36 * 2 * 9 * 2 + 36);
+    }
+
+    #[test]
+    fn views_are_free_and_elementwise_counts_elements() {
+        let v = op_cost(&Op::Identity, &[t(&[8])], &[t(&[8])]);
+        assert_eq!(v, OpCost::default());
+        let e = op_cost(&Op::Add, &[t(&[8]), t(&[1])], &[t(&[8])]);
+        assert_eq!(e, OpCost { flops: 8, bytes_read: 36, bytes_written: 32 });
+    }
+}

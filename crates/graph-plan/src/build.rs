@@ -1,0 +1,442 @@
+//! The pipeline driver: `topo -> liveness -> fusion -> memory -> stream -> linearise`, straight-line, one
+//! `tracing` span per pass, with a consistency check after each pass in debug and test builds and the option
+//! to stop after a named pass (`run_pipeline`).
+
+use graph_ir::{ComputeGraph, GraphError, GraphResult, OpCategory, TensorId, TensorRole};
+use graph_passes::device::{estimate_group, DeviceProfile};
+use graph_passes::fusion::{self, FusionOptions, FusionPlan, GroupKind};
+use graph_passes::liveness::{self, Liveness};
+use graph_passes::memory::{self, MemoryOptions, MemoryPlan, Placement};
+use graph_passes::stream::{self, StreamOptions, StreamPlan};
+use graph_passes::topo::{self, TopoOrder};
+use serde::{Deserialize, Serialize};
+use slotmap::SecondaryMap;
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::ids::{EventId, KernelId, StreamId, ValueId};
+use crate::plan::{
+    Access, Binding, BindingRole, BufferRef, ExecutionPlan, Instr, Kernel, KernelOrder, Param, PlanNode, PlanStats,
+    PlanStep, Value,
+};
+
+/// A pass of the pipeline, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pass {
+    /// Topological order.
+    Topo,
+    /// Node-level liveness.
+    Liveness,
+    /// Fusion.
+    Fusion,
+    /// Memory planning.
+    Memory,
+    /// Stream assignment and synchronisation.
+    Stream,
+    /// Submission order.
+    Linearise,
+}
+
+impl Pass {
+    /// Every pass in pipeline order.
+    pub const ALL: [Pass; 6] = [Pass::Topo, Pass::Liveness, Pass::Fusion, Pass::Memory, Pass::Stream, Pass::Linearise];
+
+    /// The pass's name (also its tracing span's name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Topo => "topo",
+            Pass::Liveness => "liveness",
+            Pass::Fusion => "fusion",
+            Pass::Memory => "memory",
+            Pass::Stream => "stream",
+            Pass::Linearise => "linearise",
+        }
+    }
+
+    /// A pass by name.
+    pub fn by_name(s: &str) -> Option<Pass> {
+        Pass::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// How to choose the topological order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OrderStrategy {
+    /// The graph's own order (creation order, stable Kahn).
+    #[default]
+    Given,
+    /// An order chosen to lower the activation peak.
+    Memory,
+}
+
+/// Every knob of the pipeline.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlanOptions {
+    /// Most streams (>= 1).
+    pub max_streams: usize,
+    /// Fusion options.
+    pub fusion: FusionOptions,
+    /// Memory options (reuse, in-place, alignment, pool limit).
+    pub memory: MemoryOptions,
+    /// Device profile for the cost model.
+    pub device: DeviceProfile,
+    /// Topological order strategy.
+    pub order: OrderStrategy,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions {
+            max_streams: 1,
+            fusion: FusionOptions::default(),
+            memory: MemoryOptions::default(),
+            device: DeviceProfile::default(),
+            order: OrderStrategy::Given,
+        }
+    }
+}
+
+impl PlanOptions {
+    /// Defaults with `max_streams` streams.
+    pub fn with_streams(max_streams: usize) -> Self {
+        PlanOptions { max_streams, ..Default::default() }
+    }
+
+    /// The reference plan's options: fusion off, reuse off, in-place off, one stream.
+    pub fn reference() -> Self {
+        let mut o = PlanOptions::default();
+        o.fusion.enabled = false;
+        o.memory.reuse = false;
+        o.memory.in_place = false;
+        o
+    }
+
+    /// Check the options, naming the field at fault.
+    pub fn validate(&self) -> GraphResult<()> {
+        if self.max_streams == 0 {
+            return Err(GraphError::InvalidOption {
+                option: "max_streams".into(),
+                detail: "must be at least 1".into(),
+            });
+        }
+        if self.max_streams > MAX_STREAMS {
+            return Err(GraphError::InvalidOption {
+                option: "max_streams".into(),
+                detail: format!("{} is above the limit of {MAX_STREAMS}", self.max_streams),
+            });
+        }
+        let a = self.memory.alignment;
+        if a == 0 || !a.is_power_of_two() {
+            return Err(GraphError::InvalidOption {
+                option: "alignment".into(),
+                detail: format!("{a} is not a power of two"),
+            });
+        }
+        if self.fusion.caps.max_ops == 0 || self.fusion.caps.max_inputs == 0 {
+            return Err(GraphError::InvalidOption {
+                option: "fusion.caps".into(),
+                detail: "max_ops and max_inputs must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Most streams a plan may use (CUDA supports many more; beyond this, events cost more than overlap gains).
+pub const MAX_STREAMS: usize = 64;
+
+/// What the pipeline produced, pass by pass (later passes absent when stopped early).
+#[derive(Clone, Debug)]
+pub struct PipelineResult {
+    /// Topological order.
+    pub topo: TopoOrder,
+    /// Node-level liveness.
+    pub liveness: Option<Liveness>,
+    /// Fusion plan.
+    pub fusion: Option<FusionPlan>,
+    /// Memory plan.
+    pub memory: Option<MemoryPlan>,
+    /// Stream plan.
+    pub stream: Option<StreamPlan>,
+    /// Milliseconds per pass.
+    pub pass_ms: Vec<(String, f64)>,
+}
+
+fn timed<T>(pass: Pass, ms: &mut Vec<(String, f64)>, f: impl FnOnce() -> T) -> T {
+    let _span = tracing::info_span!("pass", name = pass.name()).entered();
+    let t0 = Instant::now();
+    let out = f();
+    let dt = t0.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(pass = pass.name(), ms = dt, "pass done");
+    ms.push((pass.name().to_string(), dt));
+    out
+}
+
+/// Run the passes up to and including `stop_after` (all of them when `None`).
+pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option<Pass>) -> GraphResult<PipelineResult> {
+    opts.validate()?;
+    graph.validate()?;
+    let stop = |p: Pass| stop_after == Some(p);
+    let mut ms = Vec::new();
+    let topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;
+    let mut r = PipelineResult { topo, liveness: None, fusion: None, memory: None, stream: None, pass_ms: Vec::new() };
+    if stop(Pass::Topo) {
+        r.pass_ms = ms;
+        return Ok(r);
+    }
+    let live = timed(Pass::Liveness, &mut ms, || liveness::analyse(graph, &r.topo));
+    r.liveness = Some(live);
+    if stop(Pass::Liveness) {
+        r.pass_ms = ms;
+        return Ok(r);
+    }
+    let fusion = timed(Pass::Fusion, &mut ms, || fusion::analyse(graph, &r.topo, &opts.fusion));
+    #[cfg(debug_assertions)]
+    crate::checks::fusion(graph, &r.topo, &fusion)?;
+    r.fusion = Some(fusion);
+    if stop(Pass::Fusion) {
+        r.pass_ms = ms;
+        return Ok(r);
+    }
+    let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
+    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &opts.memory))?;
+    #[cfg(debug_assertions)]
+    crate::checks::memory(&mem)?;
+    r.memory = Some(mem);
+    if stop(Pass::Memory) {
+        r.pass_ms = ms;
+        return Ok(r);
+    }
+    let mem = r.memory.as_ref().ok_or_else(|| bug("memory plan missing"))?;
+    let sopts = StreamOptions { max_streams: opts.max_streams, device: opts.device.clone() };
+    let streams = timed(Pass::Stream, &mut ms, || stream::analyse(graph, fusion, mem, &sopts));
+    r.stream = Some(streams);
+    r.pass_ms = ms;
+    Ok(r)
+}
+
+fn bug(what: &str) -> GraphError {
+    GraphError::InvalidOption { option: "internal".into(), detail: format!("planner bug: {what}") }
+}
+
+impl ExecutionPlan {
+    /// Build a plan with default options and at most `max_streams` streams.
+    pub fn build(graph: &ComputeGraph, max_streams: usize) -> GraphResult<Self> {
+        Self::build_with(graph, &PlanOptions::with_streams(max_streams))
+    }
+
+    /// Build a plan with explicit options.
+    pub fn build_with(graph: &ComputeGraph, opts: &PlanOptions) -> GraphResult<Self> {
+        let _span = tracing::info_span!("build", graph = graph.name()).entered();
+        let r = run_pipeline(graph, opts, None)?;
+        let mut ms = r.pass_ms.clone();
+        let (fusion, mem, streams) = match (&r.fusion, &r.memory, &r.stream) {
+            (Some(f), Some(m), Some(s)) => (f, m, s),
+            _ => return Err(bug("pipeline stopped early")),
+        };
+        let plan = timed(Pass::Linearise, &mut ms, || linearise(graph, opts, fusion, mem, streams))?;
+        let mut plan = plan;
+        plan.stats.pass_ms = ms;
+        Ok(plan)
+    }
+}
+
+fn buf(p: &Placement) -> BufferRef {
+    BufferRef { region: p.region, offset: p.offset, bytes: p.bytes }
+}
+
+/// Build the kernels and the single submission order from the passes' results.
+pub fn linearise(
+    graph: &ComputeGraph,
+    opts: &PlanOptions,
+    fusion: &FusionPlan,
+    mem: &MemoryPlan,
+    streams: &StreamPlan,
+) -> GraphResult<ExecutionPlan> {
+    let place = |t: TensorId| -> GraphResult<BufferRef> {
+        mem.placement.get(t).map(buf).ok_or_else(|| bug(&format!("tensor '{}' has no placement", graph.tensor(t).name)))
+    };
+    // Alias roots (views share their input's bytes).
+    let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+    for (t, _) in graph.tensors() {
+        root.insert(t, t);
+    }
+    for (_, n) in graph.nodes() {
+        if n.op.is_view() {
+            if let (Some(&i), Some(&o)) = (n.inputs.first(), n.outputs.first()) {
+                let r = root[i];
+                root.insert(o, r);
+            }
+        }
+    }
+
+    // Kernels, one per non-copy group; copies become Copy steps.
+    let mut kernel_of_group: Vec<Option<KernelId>> = vec![None; fusion.groups.len()];
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let mut bytes_moved = 0u64;
+    for (gi, g) in fusion.groups.iter().enumerate() {
+        if g.kind == GroupKind::Copy {
+            continue;
+        }
+        let id = KernelId::from_index(kernels.len());
+        let mut values: Vec<Value> = Vec::new();
+        let mut vid: HashMap<TensorId, ValueId> = HashMap::new();
+        let mut value_of = |t: TensorId, values: &mut Vec<Value>| -> ValueId {
+            *vid.entry(t).or_insert_with(|| {
+                let tensor = graph.tensor(t);
+                values.push(Value { name: tensor.name.clone(), dtype: tensor.dtype, shape: tensor.shape.clone() });
+                ValueId::from_index(values.len() - 1)
+            })
+        };
+        let mut params = Vec::new();
+        for &t in &g.inputs {
+            let v = value_of(t, &mut values);
+            params.push(Param {
+                value: v,
+                root: graph.tensor(root[t]).name.clone(),
+                buffer: place(t)?,
+                access: Access::Read,
+            });
+        }
+        let mut body = Vec::with_capacity(g.nodes.len());
+        for &n in &g.nodes {
+            let node = graph.node(n);
+            let inputs = node.inputs.iter().map(|&t| value_of(t, &mut values)).collect();
+            let outputs = node.outputs.iter().map(|&t| value_of(t, &mut values)).collect();
+            body.push(Instr { node: node.name.clone(), op: node.op.clone(), inputs, outputs });
+        }
+        for &t in &g.outputs {
+            let v = value_of(t, &mut values);
+            params.push(Param {
+                value: v,
+                root: graph.tensor(root[t]).name.clone(),
+                buffer: place(t)?,
+                access: Access::Write,
+            });
+        }
+        let (cost, estimate) = estimate_group(graph, g, &opts.device);
+        bytes_moved = bytes_moved.saturating_add(cost.bytes());
+        kernel_of_group[gi] = Some(id);
+        kernels.push(Kernel { id, name: id.to_string(), kind: g.kind, values, params, body, cost, estimate });
+    }
+
+    // Events: one per group that another stream waits on.
+    let mut event_of_group: HashMap<usize, EventId> = HashMap::new();
+    let mut waits_into: Vec<Vec<usize>> = vec![Vec::new(); fusion.groups.len()];
+    for s in &streams.syncs {
+        let next = EventId::from_index(event_of_group.len());
+        event_of_group.entry(s.from.index()).or_insert(next);
+        waits_into[s.to.index()].push(s.from.index());
+    }
+    let mut steps = Vec::with_capacity(fusion.groups.len() + 2 * streams.syncs.len());
+    for &(src, dst) in &mem.output_copies {
+        let (s, d) = (place(src)?, place(dst)?);
+        steps.push(PlanStep::Copy { stream: StreamId(0), src: s, dst: d, bytes: d.bytes.min(s.bytes), node: None });
+    }
+    for (gi, g) in fusion.groups.iter().enumerate() {
+        let stream = streams.stream_of[gi];
+        let mut froms = waits_into[gi].clone();
+        froms.sort_unstable();
+        froms.dedup();
+        for f in froms {
+            let event = *event_of_group.get(&f).ok_or_else(|| bug("wait on an event never recorded"))?;
+            steps.push(PlanStep::Wait { stream, event });
+        }
+        match kernel_of_group[gi] {
+            Some(k) => {
+                let kernel = &kernels[k.index()];
+                let mut reads: Vec<BufferRef> =
+                    kernel.params.iter().filter(|p| p.access == Access::Read).map(|p| p.buffer).collect();
+                let mut writes: Vec<BufferRef> =
+                    kernel.params.iter().filter(|p| p.access == Access::Write).map(|p| p.buffer).collect();
+                reads.sort_unstable();
+                reads.dedup();
+                writes.sort_unstable();
+                writes.dedup();
+                steps.push(PlanStep::Launch { stream, kernel: k, reads, writes });
+            }
+            None => {
+                let node = g.nodes.first().map(|&n| graph.node(n)).ok_or_else(|| bug("empty copy group"))?;
+                let (src, dst) = match (node.inputs.first(), node.outputs.first()) {
+                    (Some(&i), Some(&o)) => (place(i)?, place(o)?),
+                    _ => return Err(bug("copy without operands")),
+                };
+                bytes_moved = bytes_moved.saturating_add(2 * src.bytes);
+                steps.push(PlanStep::Copy { stream, src, dst, bytes: src.bytes, node: Some(node.name.clone()) });
+            }
+        }
+        if let Some(&event) = event_of_group.get(&gi) {
+            steps.push(PlanStep::Record { stream, event });
+        }
+    }
+
+    // Bindings: inputs, weights and constants, outputs.
+    let mut bindings = Vec::new();
+    for &t in graph.inputs().iter().chain(graph.weights()).chain(graph.outputs()) {
+        let tensor = graph.tensor(t);
+        let role = match tensor.role {
+            TensorRole::Input => BindingRole::Input,
+            TensorRole::Weight => BindingRole::Weight,
+            TensorRole::Constant => BindingRole::Constant,
+            _ => BindingRole::Output,
+        };
+        bindings.push(Binding {
+            name: tensor.name.clone(),
+            role,
+            dtype: tensor.dtype,
+            shape: tensor.shape.clone(),
+            buffer: place(t)?,
+            data: tensor.data.as_ref().map(|d| d.to_vec()),
+        });
+    }
+    let nodes: Vec<PlanNode> = graph
+        .nodes()
+        .map(|(_, n)| PlanNode { name: n.name.clone(), op: n.op.name().to_string(), view: n.op.is_view() })
+        .collect();
+    let mut orders: Vec<KernelOrder> = mem
+        .reuse_edges
+        .iter()
+        .filter_map(|e| match (kernel_of_group[e.from.index()], kernel_of_group[e.to.index()]) {
+            (Some(from), Some(to)) => Some(KernelOrder { from, to }),
+            _ => None,
+        })
+        .collect();
+    orders.sort_unstable();
+    orders.dedup();
+    let bytes_moved_unfused = graph
+        .nodes()
+        .filter(|(_, n)| n.op.category() != OpCategory::View)
+        .map(|(id, _)| graph.node_cost(id).bytes())
+        .fold(0u64, u64::saturating_add);
+    let launches = steps.iter().filter(|s| matches!(s, PlanStep::Launch { .. })).count();
+    let stats = PlanStats {
+        nodes: graph.num_nodes(),
+        tensors: graph.num_tensors(),
+        naive_bytes: mem.naive_bytes,
+        lower_bound_bytes: mem.lower_bound_bytes,
+        events_before_reduction: streams.events_before_reduction,
+        reuse_edges: mem.reuse_edges.len(),
+        in_place_count: mem.in_place_count,
+        bytes_moved,
+        bytes_moved_unfused,
+        device: opts.device.name.clone(),
+        pass_ms: Vec::new(),
+    };
+    Ok(ExecutionPlan {
+        steps,
+        num_streams: streams.num_streams,
+        pool_bytes: mem.pool_bytes(),
+        kernel_count_original: nodes.iter().filter(|n| !n.view).count(),
+        kernel_count_fused: launches,
+        event_count: event_of_group.len(),
+        graph_name: graph.name().to_string(),
+        alignment: mem.alignment,
+        region_bytes: mem.region_bytes,
+        kernels,
+        bindings,
+        nodes,
+        orders,
+        stats,
+    })
+}

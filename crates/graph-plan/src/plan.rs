@@ -1,0 +1,377 @@
+//! The `ExecutionPlan` and everything a backend needs to run it: steps in submission order, kernels with their
+//! expression programs and buffer bindings, external bindings, and region sizes.
+
+use graph_ir::{DType, Op, OpCost, Shape};
+use graph_passes::device::LaunchEstimate;
+use graph_passes::fusion::GroupKind;
+use graph_passes::memory::Region;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::ids::{EventId, KernelId, StreamId, ValueId};
+
+/// A byte range in a region: `[offset, offset + bytes)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct BufferRef {
+    /// The region.
+    pub region: Region,
+    /// First byte.
+    pub offset: u64,
+    /// Length in bytes.
+    pub bytes: u64,
+}
+
+impl BufferRef {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.offset.saturating_add(self.bytes)
+    }
+
+    /// True when the two ranges share a byte (same region, half-open ranges intersect).
+    pub fn overlaps(&self, other: &BufferRef) -> bool {
+        self.region == other.region && self.offset < other.end() && other.offset < self.end()
+    }
+}
+
+impl fmt::Display for BufferRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}[{}..{})", self.region.name(), self.offset, self.end())
+    }
+}
+
+/// One step of the plan, in submission order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PlanStep {
+    /// Launch a kernel on a stream.
+    Launch {
+        /// The stream.
+        stream: StreamId,
+        /// The kernel (index into the plan's kernels).
+        kernel: KernelId,
+        /// Every range the kernel reads.
+        reads: Vec<BufferRef>,
+        /// Every range the kernel writes.
+        writes: Vec<BufferRef>,
+    },
+    /// Record an event on a stream (after the work submitted to it so far).
+    Record {
+        /// The stream.
+        stream: StreamId,
+        /// The event.
+        event: EventId,
+    },
+    /// Make a stream wait for an event recorded earlier in submission order.
+    Wait {
+        /// The stream.
+        stream: StreamId,
+        /// The event.
+        event: EventId,
+    },
+    /// Copy bytes (a Memcpy node, or a graph output that aliases a source).
+    Copy {
+        /// The stream.
+        stream: StreamId,
+        /// Source range.
+        src: BufferRef,
+        /// Destination range.
+        dst: BufferRef,
+        /// Bytes copied.
+        bytes: u64,
+        /// The Memcpy node this copy runs, if any.
+        node: Option<String>,
+    },
+}
+
+impl PlanStep {
+    /// The stream the step is submitted to.
+    pub fn stream(&self) -> StreamId {
+        match self {
+            PlanStep::Launch { stream, .. }
+            | PlanStep::Record { stream, .. }
+            | PlanStep::Wait { stream, .. }
+            | PlanStep::Copy { stream, .. } => *stream,
+        }
+    }
+
+    /// True for launches and copies (steps that do work).
+    pub fn is_compute(&self) -> bool {
+        matches!(self, PlanStep::Launch { .. } | PlanStep::Copy { .. })
+    }
+}
+
+/// A value of a kernel program: a tensor seen by the kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Value {
+    /// The graph tensor's name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Shape,
+}
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    /// The kernel reads the buffer.
+    Read,
+    /// The kernel writes the buffer.
+    Write,
+}
+
+/// A program value bound to memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Param {
+    /// The bound value.
+    pub value: ValueId,
+    /// Alias root of the value's tensor (its own name unless it is a view's output): the tensor whose writer
+    /// produces these bytes.
+    pub root: String,
+    /// Where the bytes are.
+    pub buffer: BufferRef,
+    /// Read or write.
+    pub access: Access,
+}
+
+/// One instruction: a graph node's op over program values.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Instr {
+    /// The graph node.
+    pub node: String,
+    /// Its op (ONNX semantics; views reinterpret without moving bytes).
+    pub op: Op,
+    /// Input values in the op's order.
+    pub inputs: Vec<ValueId>,
+    /// Output values.
+    pub outputs: Vec<ValueId>,
+}
+
+/// A fused kernel: a small expression program over values, some bound to buffers.
+///
+/// Executors evaluate `body` in order. A value that is a `Read` param starts as the bytes of its buffer; a value
+/// that is a `Write` param must end up in its buffer; other values are kernel-internal temporaries.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// Its id.
+    pub id: KernelId,
+    /// Display name (`k3`).
+    pub name: String,
+    /// Kernel shape (elementwise, anchor + epilogue, reduction, data movement, custom).
+    pub kind: GroupKind,
+    /// Values, indexed by `ValueId`.
+    pub values: Vec<Value>,
+    /// Buffer bindings.
+    pub params: Vec<Param>,
+    /// The program.
+    pub body: Vec<Instr>,
+    /// Modelled cost (flops, bytes read and written by the kernel).
+    pub cost: OpCost,
+    /// Modelled time and occupancy on the plan's device.
+    pub estimate: LaunchEstimate,
+}
+
+impl Kernel {
+    /// Names of the graph nodes it runs, in program order.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.body.iter().map(|i| i.node.as_str())
+    }
+
+    /// The value of id `v`.
+    pub fn value(&self, v: ValueId) -> &Value {
+        &self.values[v.index()]
+    }
+
+    /// The param binding value `v`, if any, with the given access.
+    pub fn param_of(&self, v: ValueId, access: Access) -> Option<&Param> {
+        self.params.iter().find(|p| p.value == v && p.access == access)
+    }
+}
+
+/// What an external binding is to the graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BindingRole {
+    /// Supplied at every run.
+    Input,
+    /// Supplied when the plan is prepared.
+    Weight,
+    /// Carried in the plan.
+    Constant,
+    /// Returned by every run.
+    Output,
+}
+
+/// A named tensor the caller exchanges with the plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// Tensor name (the graph's, e.g. the ONNX name).
+    pub name: String,
+    /// Role.
+    pub role: BindingRole,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Shape,
+    /// Where its bytes live.
+    pub buffer: BufferRef,
+    /// Little-endian bytes of a constant.
+    pub data: Option<Vec<u8>>,
+}
+
+/// A graph node as the plan records it (for the coverage check).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanNode {
+    /// Node name.
+    pub name: String,
+    /// Op name.
+    pub op: String,
+    /// True for views (no kernel).
+    pub view: bool,
+}
+
+/// An ordering the memory plan requires between two launches: `from` before `to`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelOrder {
+    /// Kernel that must finish first.
+    pub from: KernelId,
+    /// Kernel that must start after.
+    pub to: KernelId,
+}
+
+/// Figures reported beside the plan.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PlanStats {
+    /// Nodes in the graph.
+    pub nodes: usize,
+    /// Tensors in the graph.
+    pub tensors: usize,
+    /// Sum of aligned sizes of pool tensors (no reuse).
+    pub naive_bytes: u64,
+    /// Fixed-order lower bound of the pool (DESIGN.md 5).
+    pub lower_bound_bytes: u64,
+    /// Cross-stream dependency edges before event reduction.
+    pub events_before_reduction: usize,
+    /// Reuse edges the memory plan requires.
+    pub reuse_edges: usize,
+    /// Tensors written in place over a dying input.
+    pub in_place_count: usize,
+    /// Bytes moved by all launches (read + written), after fusion.
+    pub bytes_moved: u64,
+    /// Bytes moved by the unfused graph (every non-view node reading its inputs and writing its outputs).
+    pub bytes_moved_unfused: u64,
+    /// Name of the device profile the estimates use.
+    pub device: String,
+    /// Milliseconds per pass, in pipeline order.
+    pub pass_ms: Vec<(String, f64)>,
+}
+
+/// A compiled plan: what to launch, where, in which order, with which memory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ExecutionPlan {
+    /// Every step in submission order.
+    pub steps: Vec<PlanStep>,
+    /// Number of streams.
+    pub num_streams: usize,
+    /// Bytes of the activation pool.
+    pub pool_bytes: u64,
+    /// Non-view nodes of the graph.
+    pub kernel_count_original: usize,
+    /// Launch steps.
+    pub kernel_count_fused: usize,
+    /// Distinct events.
+    pub event_count: usize,
+    pub(crate) graph_name: String,
+    pub(crate) alignment: u64,
+    pub(crate) region_bytes: [u64; 4],
+    pub(crate) kernels: Vec<Kernel>,
+    pub(crate) bindings: Vec<Binding>,
+    pub(crate) nodes: Vec<PlanNode>,
+    pub(crate) orders: Vec<KernelOrder>,
+    pub(crate) stats: PlanStats,
+}
+
+impl ExecutionPlan {
+    /// Steps submitted to `stream`, in order.
+    pub fn steps_on(&self, stream: StreamId) -> Vec<&PlanStep> {
+        self.steps.iter().filter(|s| s.stream() == stream).collect()
+    }
+
+    /// Number of steps.
+    pub fn total_steps(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Launches and copies (steps that do work).
+    pub fn compute_steps(&self) -> usize {
+        self.steps.iter().filter(|s| s.is_compute()).count()
+    }
+
+    /// The source graph's name.
+    pub fn graph_name(&self) -> &str {
+        &self.graph_name
+    }
+
+    /// Offset alignment of every buffer.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Size of a region in bytes.
+    pub fn region_bytes(&self, region: Region) -> u64 {
+        self.region_bytes[region.index()]
+    }
+
+    /// The kernels, indexed by `KernelId`.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.kernels
+    }
+
+    /// One kernel.
+    pub fn kernel(&self, id: KernelId) -> Option<&Kernel> {
+        self.kernels.get(id.index())
+    }
+
+    /// Mutable kernels, for tools and tests that transform plans (`verify` re-checks the result).
+    pub fn kernels_mut(&mut self) -> &mut Vec<Kernel> {
+        &mut self.kernels
+    }
+
+    /// External bindings: inputs, weights and constants, outputs.
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+
+    /// Mutable bindings, for tools and tests that transform plans.
+    pub fn bindings_mut(&mut self) -> &mut Vec<Binding> {
+        &mut self.bindings
+    }
+
+    /// The graph's nodes as the plan records them.
+    pub fn nodes(&self) -> &[PlanNode] {
+        &self.nodes
+    }
+
+    /// Orderings the memory plan requires between kernels (reuse edges).
+    pub fn orders(&self) -> &[KernelOrder] {
+        &self.orders
+    }
+
+    /// Mutable region sizes, for tools and tests that transform plans.
+    pub fn region_bytes_mut(&mut self) -> &mut [u64; 4] {
+        &mut self.region_bytes
+    }
+
+    /// Figures reported beside the plan.
+    pub fn stats(&self) -> &PlanStats {
+        &self.stats
+    }
+
+    /// Plan as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Plan from JSON (as `to_json` writes it).
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}

@@ -1,0 +1,43 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The pipeline builds verifying plans on every synth family, with any stream count and fusion/reuse setting.
+
+use graph_ir::synth;
+use graph_plan::{verify, ExecutionPlan, PlanOptions};
+
+#[test]
+fn families_build_and_verify() {
+    let graphs = vec![
+        synth::chain(50).unwrap(),
+        synth::mlp(3, 32, 2).unwrap(),
+        synth::transformer(2, 32, 4, 8, 1).unwrap(),
+        synth::resnet_like(2, 8, 16).unwrap(),
+        synth::inception_like(2, 4).unwrap(),
+        synth::random_dag(300, 3, 7).unwrap(),
+    ];
+    for g in &graphs {
+        for streams in [1, 2, 4] {
+            for (fusion, reuse) in [(true, true), (false, false), (true, false), (false, true)] {
+                let mut o = PlanOptions::with_streams(streams);
+                o.fusion.enabled = fusion;
+                o.memory.reuse = reuse;
+                let p = ExecutionPlan::build_with(g, &o).unwrap();
+                if let Err(v) = verify(&p) {
+                    panic!("{} streams={streams} fusion={fusion} reuse={reuse}: {v:?}", g.name());
+                }
+                assert!(p.pool_bytes >= p.stats().lower_bound_bytes);
+                assert!(p.pool_bytes <= p.stats().naive_bytes);
+                assert!(p.kernel_count_fused <= p.kernel_count_original);
+                assert!(p.num_streams <= streams);
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_streams_is_an_error() {
+    let g = synth::chain(3).unwrap();
+    assert!(matches!(
+        ExecutionPlan::build(&g, 0),
+        Err(graph_ir::GraphError::InvalidOption { option, .. }) if option == "max_streams"
+    ));
+}
