@@ -124,13 +124,7 @@ impl Matmul {
 /// The elements a column-major operand of `rows x cols` (as stored) with leading dimension `ld` spans over `batch`
 /// matrices `stride` apart; `None` on overflow.
 #[must_use]
-pub fn operand_extent(
-    rows: usize,
-    cols: usize,
-    ld: usize,
-    batch: usize,
-    stride: usize,
-) -> Option<usize> {
+pub fn operand_extent(rows: usize, cols: usize, ld: usize, batch: usize, stride: usize) -> Option<usize> {
     if rows == 0 || cols == 0 || batch == 0 {
         return Some(0);
     }
@@ -141,16 +135,8 @@ pub fn operand_extent(
 impl Sgemm {
     /// Stored (rows, cols) of A, B and C.
     fn stored_shapes(&self) -> [(usize, usize); 3] {
-        let a = if self.trans_a {
-            (self.k, self.m)
-        } else {
-            (self.m, self.k)
-        };
-        let b = if self.trans_b {
-            (self.n, self.k)
-        } else {
-            (self.k, self.n)
-        };
+        let a = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
+        let b = if self.trans_b { (self.n, self.k) } else { (self.k, self.n) };
         [a, b, (self.m, self.n)]
     }
 
@@ -160,17 +146,9 @@ impl Sgemm {
     /// [`CudaError::Unsupported`] for sizes cuBLAS cannot take or a C batch that overlaps itself;
     /// [`CudaError::OutOfBounds`] when an operand's extent exceeds its range.
     pub fn check(&self, a_bytes: usize, b_bytes: usize, c_bytes: usize) -> CudaResult<()> {
-        let bad = |what: String| CudaError::Unsupported {
-            kernel: "sgemm".to_owned(),
-            what,
-        };
+        let bad = |what: String| CudaError::Unsupported { kernel: "sgemm".to_owned(), what };
         let fits = |v: usize| c_int::try_from(v).is_ok();
-        for (name, v) in [
-            ("m", self.m),
-            ("n", self.n),
-            ("k", self.k),
-            ("batch", self.batch),
-        ] {
+        for (name, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch)] {
             if v == 0 || !fits(v) {
                 return Err(bad(format!("{name} = {v} (must be in 1..=2^31-1)")));
             }
@@ -182,10 +160,7 @@ impl Sgemm {
         for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
             let (rows, cols) = shapes[i];
             if lds[i] < rows || !fits(lds[i]) || i64::try_from(strides[i]).is_err() {
-                return Err(bad(format!(
-                    "operand {name}: leading dimension {} for {rows} rows",
-                    lds[i]
-                )));
+                return Err(bad(format!("operand {name}: leading dimension {} for {rows} rows", lds[i])));
             }
             let extent = operand_extent(rows, cols, lds[i], self.batch, strides[i])
                 .and_then(|e| e.checked_mul(4))
@@ -202,10 +177,7 @@ impl Sgemm {
         }
         // Distinct C matrices must not overlap, or the batch races with itself.
         if self.batch > 1 && self.stride_c < (self.n - 1) * self.ldc + self.m {
-            return Err(bad(format!(
-                "C batch stride {} overlaps its own matrices",
-                self.stride_c
-            )));
+            return Err(bad(format!("C batch stride {} overlaps its own matrices", self.stride_c)));
         }
         Ok(())
     }
@@ -221,9 +193,7 @@ pub struct Blas {
 
 impl fmt::Debug for Blas {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Blas")
-            .field("stream", &self.stream)
-            .finish_non_exhaustive()
+        f.debug_struct("Blas").field("stream", &self.stream).finish_non_exhaustive()
     }
 }
 
@@ -241,23 +211,14 @@ impl Blas {
                     .to_owned(),
             });
         }
-        let mib = if device.info().compute_capability.0 >= 9 {
-            32
-        } else {
-            4
-        };
+        let mib = if device.info().compute_capability.0 >= 9 { 32 } else { 4 };
         let workspace = device.alloc("cublas-workspace", mib << 20)?;
         let ws = workspace.all();
-        let handle = crate::probe::guard("cuBLAS", || {
-            BlasHandle::new(device.context(), stream.cuda(), ws.addr(), ws.len())
-        })
-        .map_err(|reason| CudaError::CublasUnavailable { reason })?
-        .map_err(|(call, e)| cublas(call)(e))?;
-        Ok(Self {
-            handle,
-            stream: stream.clone(),
-            _workspace: workspace,
-        })
+        let handle =
+            crate::probe::guard("cuBLAS", || BlasHandle::new(device.context(), stream.cuda(), ws.addr(), ws.len()))
+                .map_err(|reason| CudaError::CublasUnavailable { reason })?
+                .map_err(|(call, e)| cublas(call)(e))?;
+        Ok(Self { handle, stream: stream.clone(), _workspace: workspace })
     }
 
     /// The stream the handle enqueues on.
@@ -271,13 +232,7 @@ impl Blas {
     ///
     /// # Errors
     /// As [`Sgemm::check`]; [`CudaError::Cublas`] when cuBLAS refuses.
-    pub fn sgemm(
-        &self,
-        g: &Sgemm,
-        a: DevicePtr<'_>,
-        b: DevicePtr<'_>,
-        c: DevicePtr<'_>,
-    ) -> CudaResult<()> {
+    pub fn sgemm(&self, g: &Sgemm, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
         g.check(a.len(), b.len(), c.len())?;
         // Every value below was checked to fit by `check`; the conversions cannot fail.
         let int = |v: usize| c_int::try_from(v).unwrap_or(c_int::MAX);
@@ -301,22 +256,14 @@ impl Blas {
             stride_c: long(g.stride_c),
             batch: int(g.batch),
         };
-        self.handle
-            .sgemm(&call)
-            .map_err(|(call, e)| cublas(call)(e))
+        self.handle.sgemm(&call).map_err(|(call, e)| cublas(call)(e))
     }
 
     /// Enqueues a row-major product (ONNX MatMul/Gemm layout).
     ///
     /// # Errors
     /// As [`Blas::sgemm`].
-    pub fn matmul(
-        &self,
-        mm: &Matmul,
-        a: DevicePtr<'_>,
-        b: DevicePtr<'_>,
-        c: DevicePtr<'_>,
-    ) -> CudaResult<()> {
+    pub fn matmul(&self, mm: &Matmul, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
         // Operands swap: the column-major A is the row-major B.
         self.sgemm(&mm.to_col_major(), b, a, c)
     }
@@ -334,21 +281,12 @@ mod tests {
                 for i in 0..g.m {
                     let mut acc = 0.0f64;
                     for l in 0..g.k {
-                        let ai = if g.trans_a {
-                            i * g.lda + l
-                        } else {
-                            l * g.lda + i
-                        } + p * g.stride_a;
-                        let bi = if g.trans_b {
-                            l * g.ldb + j
-                        } else {
-                            j * g.ldb + l
-                        } + p * g.stride_b;
+                        let ai = if g.trans_a { i * g.lda + l } else { l * g.lda + i } + p * g.stride_a;
+                        let bi = if g.trans_b { l * g.ldb + j } else { j * g.ldb + l } + p * g.stride_b;
                         acc += f64::from(a[ai]) * f64::from(b[bi]);
                     }
                     let ci = j * g.ldc + i + p * g.stride_c;
-                    c[ci] =
-                        (f64::from(g.alpha) * acc + f64::from(g.beta) * f64::from(c[ci])) as f32;
+                    c[ci] = (f64::from(g.alpha) * acc + f64::from(g.beta) * f64::from(c[ci])) as f32;
                 }
             }
         }
@@ -361,30 +299,19 @@ mod tests {
                 for j in 0..mm.n {
                     let mut acc = 0.0f64;
                     for l in 0..mm.k {
-                        let ai = if mm.trans_a {
-                            l * mm.m + i
-                        } else {
-                            i * mm.k + l
-                        } + p * mm.stride_a;
-                        let bi = if mm.trans_b {
-                            j * mm.k + l
-                        } else {
-                            l * mm.n + j
-                        } + p * mm.stride_b;
+                        let ai = if mm.trans_a { l * mm.m + i } else { i * mm.k + l } + p * mm.stride_a;
+                        let bi = if mm.trans_b { j * mm.k + l } else { l * mm.n + j } + p * mm.stride_b;
                         acc += f64::from(a[ai]) * f64::from(b[bi]);
                     }
                     let ci = i * mm.n + j + p * mm.stride_c;
-                    c[ci] =
-                        (f64::from(mm.alpha) * acc + f64::from(mm.beta) * f64::from(c[ci])) as f32;
+                    c[ci] = (f64::from(mm.alpha) * acc + f64::from(mm.beta) * f64::from(c[ci])) as f32;
                 }
             }
         }
     }
 
     fn values(len: usize, seed: u32) -> Vec<f32> {
-        (0..len)
-            .map(|i| ((i as u32 * 7 + seed * 13) % 11) as f32 - 5.0)
-            .collect()
+        (0..len).map(|i| ((i as u32 * 7 + seed * 13) % 11) as f32 - 5.0).collect()
     }
 
     proptest! {
@@ -424,16 +351,10 @@ mod tests {
         assert_eq!(g.check(4 * 12, 4 * 8, 4 * 6), Ok(()));
         let mut zero = g;
         zero.k = 0;
-        assert!(matches!(
-            zero.check(1 << 20, 1 << 20, 1 << 20),
-            Err(CudaError::Unsupported { .. })
-        ));
+        assert!(matches!(zero.check(1 << 20, 1 << 20, 1 << 20), Err(CudaError::Unsupported { .. })));
         let mut small_ld = g;
         small_ld.ldc = 1;
-        assert!(matches!(
-            small_ld.check(1 << 20, 1 << 20, 1 << 20),
-            Err(CudaError::Unsupported { .. })
-        ));
+        assert!(matches!(small_ld.check(1 << 20, 1 << 20, 1 << 20), Err(CudaError::Unsupported { .. })));
         let mut overlapping = Matmul::batched(2, 2, 2, 2);
         overlapping.stride_c = 0;
         assert!(matches!(

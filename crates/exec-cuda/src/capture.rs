@@ -29,9 +29,7 @@ pub struct Graph {
 
 impl fmt::Debug for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Graph")
-            .field("main", &self.main)
-            .finish_non_exhaustive()
+        f.debug_struct("Graph").field("main", &self.main).finish_non_exhaustive()
     }
 }
 
@@ -72,10 +70,7 @@ where
 {
     // Events first: nothing but the captured work should be created inside the capture.
     let fork = device.event()?;
-    let joins = side
-        .iter()
-        .map(|_| device.event())
-        .collect::<CudaResult<Vec<Event>>>()?;
+    let joins = side.iter().map(|_| device.event()).collect::<CudaResult<Vec<Event>>>()?;
     let mut streams = Vec::with_capacity(side.len() + 1);
     streams.push(main.clone());
     streams.extend(side.iter().cloned());
@@ -87,10 +82,8 @@ where
     let recorded = forked.and_then(|()| record(&streams));
     // Join even after a failure: ending a capture with unjoined streams fails and leaves them in capture mode.
     let joined = join_sides(main, side, &joins);
-    let ended = main
-        .cuda()
-        .end_capture(CUgraphInstantiate_flags(0))
-        .map_err(driver("cuStreamEndCapture/cuGraphInstantiate"));
+    let ended =
+        main.cuda().end_capture(CUgraphInstantiate_flags(0)).map_err(driver("cuStreamEndCapture/cuGraphInstantiate"));
     recorded?;
     joined?;
     let graph = ended?.ok_or_else(|| CudaError::Driver {
@@ -98,10 +91,7 @@ where
         detail: "the capture recorded no work".to_owned(),
     })?;
     tracing::debug!(streams = streams.len(), "captured CUDA graph");
-    Ok(Graph {
-        inner: graph,
-        main: main.clone(),
-    })
+    Ok(Graph { inner: graph, main: main.clone() })
 }
 
 fn fork_sides(main: &Stream, side: &[Stream], fork: &Event) -> CudaResult<()> {

@@ -9,9 +9,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent_flags, CUresult};
-use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr as _,
-};
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr as _};
 
 use crate::error::{check_identifier, driver, CudaError, CudaResult};
 use crate::ffi::{self, RawArg};
@@ -29,9 +27,7 @@ pub struct Device {
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Device")
-            .field("info", &self.info)
-            .finish_non_exhaustive()
+        f.debug_struct("Device").field("info", &self.info).finish_non_exhaustive()
     }
 }
 
@@ -76,18 +72,10 @@ impl Device {
             _ => driver("cuMemAllocAsync")(e),
         })?;
         // Streams are non-blocking, so they do not order after the legacy default stream's allocation and memset.
-        stream
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))?;
+        stream.synchronize().map_err(driver("cuStreamSynchronize"))?;
         // With event tracking off, the returned guard records nothing.
         let base = slice.device_ptr(&stream).0;
-        Ok(DeviceBuffer {
-            label: label.to_owned(),
-            bytes,
-            base,
-            ctx: self.ctx.clone(),
-            slice: Some(slice),
-        })
+        Ok(DeviceBuffer { label: label.to_owned(), bytes, base, ctx: self.ctx.clone(), slice: Some(slice) })
     }
 
     /// Creates a non-blocking stream.
@@ -96,10 +84,7 @@ impl Device {
     /// [`CudaError::Driver`].
     pub fn stream(&self) -> CudaResult<Stream> {
         let inner = self.ctx.new_stream().map_err(driver("cuStreamCreate"))?;
-        Ok(Stream {
-            inner,
-            ctx: self.ctx.clone(),
-        })
+        Ok(Stream { inner, ctx: self.ctx.clone() })
     }
 
     /// Creates an event with timing disabled (the cheapest kind, and the kind stream capture turns into edges).
@@ -107,10 +92,8 @@ impl Device {
     /// # Errors
     /// [`CudaError::Driver`].
     pub fn event(&self) -> CudaResult<Event> {
-        let inner = self
-            .ctx
-            .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(driver("cuEventCreate"))?;
+        let inner =
+            self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(driver("cuEventCreate"))?;
         Ok(Event { inner })
     }
 
@@ -119,21 +102,18 @@ impl Device {
     /// # Errors
     /// [`CudaError::Driver`] (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION` means the driver is older than NVRTC).
     pub fn load(&self, ptx: &Ptx) -> CudaResult<Module> {
-        let inner = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx.text()))
-            .map_err(|e| {
-                let mut err = driver("cuModuleLoadData")(e);
-                if e.0 == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
-                    if let CudaError::Driver { detail, .. } = &mut err {
-                        let (maj, min) = self.info.driver_version_pair();
-                        detail.push_str(&format!(
-                            " (PTX from NVRTC needs a driver at least as new as NVRTC; this driver is CUDA {maj}.{min})"
-                        ));
-                    }
+        let inner = self.ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx.text())).map_err(|e| {
+            let mut err = driver("cuModuleLoadData")(e);
+            if e.0 == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+                if let CudaError::Driver { detail, .. } = &mut err {
+                    let (maj, min) = self.info.driver_version_pair();
+                    detail.push_str(&format!(
+                        " (PTX from NVRTC needs a driver at least as new as NVRTC; this driver is CUDA {maj}.{min})"
+                    ));
                 }
-                err
-            })?;
+            }
+            err
+        })?;
         Ok(Module {
             inner,
             program: ptx.kernel().to_owned(),
@@ -200,11 +180,9 @@ impl DeviceBuffer {
     /// [`CudaError::OutOfBounds`] when the range does not lie inside the buffer.
     pub fn range(&self, what: &str, offset: usize, bytes: usize) -> CudaResult<DevicePtr<'_>> {
         match offset.checked_add(bytes) {
-            Some(end) if end <= self.bytes => Ok(DevicePtr {
-                addr: self.base + offset as u64,
-                bytes,
-                _buffer: PhantomData,
-            }),
+            Some(end) if end <= self.bytes => {
+                Ok(DevicePtr { addr: self.base + offset as u64, bytes, _buffer: PhantomData })
+            }
             _ => Err(CudaError::OutOfBounds {
                 what: what.to_owned(),
                 buffer: self.label.clone(),
@@ -218,11 +196,7 @@ impl DeviceBuffer {
     /// The whole buffer as one range.
     #[must_use]
     pub fn all(&self) -> DevicePtr<'_> {
-        DevicePtr {
-            addr: self.base,
-            bytes: self.bytes,
-            _buffer: PhantomData,
-        }
+        DevicePtr { addr: self.base, bytes: self.bytes, _buffer: PhantomData }
     }
 }
 
@@ -290,10 +264,7 @@ impl Stream {
     /// # Errors
     /// [`CudaError::Driver`].
     pub fn record(&self, event: &Event) -> CudaResult<()> {
-        event
-            .inner
-            .record(&self.inner)
-            .map_err(driver("cuEventRecord"))
+        event.inner.record(&self.inner).map_err(driver("cuEventRecord"))
     }
 
     /// Makes later work on this stream wait for `event`'s recorded work.
@@ -301,9 +272,7 @@ impl Stream {
     /// # Errors
     /// [`CudaError::Driver`].
     pub fn wait(&self, event: &Event) -> CudaResult<()> {
-        self.inner
-            .wait(&event.inner)
-            .map_err(driver("cuStreamWaitEvent"))
+        self.inner.wait(&event.inner).map_err(driver("cuStreamWaitEvent"))
     }
 
     /// Blocks until this stream's work is done.
@@ -311,9 +280,7 @@ impl Stream {
     /// # Errors
     /// [`CudaError::Driver`], including errors of earlier asynchronous work.
     pub fn synchronize(&self) -> CudaResult<()> {
-        self.inner
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))
+        self.inner.synchronize().map_err(driver("cuStreamSynchronize"))
     }
 
     /// Enqueues `kernel` with `args`.
@@ -321,24 +288,11 @@ impl Stream {
     /// # Errors
     /// [`CudaError::Signature`] when `args` do not match the kernel's parameters; [`CudaError::Unsupported`] for
     /// launch dimensions beyond CUDA's limits; [`CudaError::Driver`] when the launch fails.
-    pub fn launch(
-        &self,
-        kernel: &Kernel,
-        dims: LaunchDims,
-        args: &[KernelArg<'_>],
-    ) -> CudaResult<()> {
+    pub fn launch(&self, kernel: &Kernel, dims: LaunchDims, args: &[KernelArg<'_>]) -> CudaResult<()> {
         dims.check(&kernel.name)?;
         let raw = kernel.check_args(args)?;
-        ffi::launch(
-            &self.ctx,
-            &self.inner,
-            &kernel.func,
-            dims.grid,
-            dims.block,
-            dims.shared_mem_bytes,
-            &raw,
-        )
-        .map_err(driver("cuLaunchKernel"))
+        ffi::launch(&self.ctx, &self.inner, &kernel.func, dims.grid, dims.block, dims.shared_mem_bytes, &raw)
+            .map_err(driver("cuLaunchKernel"))
     }
 
     /// Copies `src` into `dst` and waits for the copy (not capturable: host memory is pageable).
@@ -350,8 +304,7 @@ impl Stream {
         if src.is_empty() {
             return Ok(());
         }
-        ffi::copy_htod_sync(&self.ctx, &self.inner, dst.addr, src)
-            .map_err(driver("cuMemcpyHtoDAsync"))
+        ffi::copy_htod_sync(&self.ctx, &self.inner, dst.addr, src).map_err(driver("cuMemcpyHtoDAsync"))
     }
 
     /// Copies `src` into `dst` and waits for the copy (not capturable).
@@ -363,8 +316,7 @@ impl Stream {
         if dst.is_empty() {
             return Ok(());
         }
-        ffi::copy_dtoh_sync(&self.ctx, &self.inner, dst, src.addr)
-            .map_err(driver("cuMemcpyDtoHAsync"))
+        ffi::copy_dtoh_sync(&self.ctx, &self.inner, dst, src.addr).map_err(driver("cuMemcpyDtoHAsync"))
     }
 
     /// Enqueues a device-to-device copy (capturable).
@@ -376,8 +328,7 @@ impl Stream {
         if src.bytes == 0 {
             return Ok(());
         }
-        ffi::copy_dtod_async(&self.ctx, &self.inner, dst.addr, src.addr, src.bytes)
-            .map_err(driver("cuMemcpyDtoDAsync"))
+        ffi::copy_dtod_async(&self.ctx, &self.inner, dst.addr, src.addr, src.bytes).map_err(driver("cuMemcpyDtoDAsync"))
     }
 
     /// Enqueues a fill of `dst` with the byte `value` (capturable).
@@ -388,8 +339,7 @@ impl Stream {
         if dst.bytes == 0 {
             return Ok(());
         }
-        ffi::memset_async(&self.ctx, &self.inner, dst.addr, value, dst.bytes)
-            .map_err(driver("cuMemsetD8Async"))
+        ffi::memset_async(&self.ctx, &self.inner, dst.addr, value, dst.bytes).map_err(driver("cuMemsetD8Async"))
     }
 
     pub(crate) fn cuda(&self) -> &Arc<CudaStream> {
@@ -428,9 +378,7 @@ impl Event {
     /// # Errors
     /// [`CudaError::Driver`].
     pub fn synchronize(&self) -> CudaResult<()> {
-        self.inner
-            .synchronize()
-            .map_err(driver("cuEventSynchronize"))
+        self.inner.synchronize().map_err(driver("cuEventSynchronize"))
     }
 }
 
@@ -444,9 +392,7 @@ pub struct Module {
 
 impl fmt::Debug for Module {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Module")
-            .field("program", &self.program)
-            .finish_non_exhaustive()
+        f.debug_struct("Module").field("program", &self.program).finish_non_exhaustive()
     }
 }
 
@@ -461,20 +407,13 @@ impl Module {
     /// [`CudaError::Signature`] when `params` disagree with the compiled function.
     pub fn kernel(&self, name: &str, params: &[ParamKind]) -> CudaResult<Kernel> {
         check_identifier("entry point", name)?;
-        let func = self
-            .inner
-            .load_function(name)
-            .map_err(driver("cuModuleGetFunction"))?;
-        if let Some(sizes) = ffi::param_sizes(&self.ctx, &func, self.driver_version)
-            .map_err(driver("cuFuncGetParamInfo"))?
+        let func = self.inner.load_function(name).map_err(driver("cuModuleGetFunction"))?;
+        if let Some(sizes) =
+            ffi::param_sizes(&self.ctx, &func, self.driver_version).map_err(driver("cuFuncGetParamInfo"))?
         {
             check_layout(name, params, &sizes)?;
         }
-        Ok(Kernel {
-            name: name.to_owned(),
-            func,
-            params: params.to_vec(),
-        })
+        Ok(Kernel { name: name.to_owned(), func, params: params.to_vec() })
     }
 }
 
@@ -483,21 +422,14 @@ pub(crate) fn check_layout(kernel: &str, params: &[ParamKind], sizes: &[usize]) 
     if params.len() != sizes.len() {
         return Err(CudaError::Signature {
             kernel: kernel.to_owned(),
-            detail: format!(
-                "declared {} parameters, the compiled function has {}",
-                params.len(),
-                sizes.len()
-            ),
+            detail: format!("declared {} parameters, the compiled function has {}", params.len(), sizes.len()),
         });
     }
     for (i, (p, &s)) in params.iter().zip(sizes).enumerate() {
         if p.size() != s {
             return Err(CudaError::Signature {
                 kernel: kernel.to_owned(),
-                detail: format!(
-                    "parameter {i} declared {p:?} ({} bytes), compiled as {s} bytes",
-                    p.size()
-                ),
+                detail: format!("parameter {i} declared {p:?} ({} bytes), compiled as {s} bytes", p.size()),
             });
         }
     }
@@ -585,10 +517,7 @@ pub struct Kernel {
 
 impl fmt::Debug for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Kernel")
-            .field("name", &self.name)
-            .field("params", &self.params)
-            .finish_non_exhaustive()
+        f.debug_struct("Kernel").field("name", &self.name).field("params", &self.params).finish_non_exhaustive()
     }
 }
 
@@ -612,11 +541,7 @@ impl Kernel {
 }
 
 /// Checks launch arguments against declared parameters.
-pub(crate) fn check_args(
-    kernel: &str,
-    params: &[ParamKind],
-    args: &[KernelArg<'_>],
-) -> CudaResult<()> {
+pub(crate) fn check_args(kernel: &str, params: &[ParamKind], args: &[KernelArg<'_>]) -> CudaResult<()> {
     if params.len() != args.len() {
         return Err(CudaError::Signature {
             kernel: kernel.to_owned(),
@@ -661,27 +586,16 @@ impl LaunchDims {
         }
         let blocks = n.div_ceil(u64::from(block)).max(1);
         if blocks > MAX_GRID_X {
-            return Err(unsupported_dims(format!(
-                "{n} elements need {blocks} blocks"
-            )));
+            return Err(unsupported_dims(format!("{n} elements need {blocks} blocks")));
         }
-        Ok(Self {
-            grid: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1),
-            block: (block, 1, 1),
-            shared_mem_bytes: 0,
-        })
+        Ok(Self { grid: (u32::try_from(blocks).unwrap_or(u32::MAX), 1, 1), block: (block, 1, 1), shared_mem_bytes: 0 })
     }
 
     /// Total threads launched.
     #[must_use]
     pub fn threads(&self) -> u64 {
         let (g, b) = (self.grid, self.block);
-        u64::from(g.0)
-            * u64::from(g.1)
-            * u64::from(g.2)
-            * u64::from(b.0)
-            * u64::from(b.1)
-            * u64::from(b.2)
+        u64::from(g.0) * u64::from(g.1) * u64::from(g.2) * u64::from(b.0) * u64::from(b.1) * u64::from(b.2)
     }
 
     fn check(&self, kernel: &str) -> CudaResult<()> {
@@ -698,19 +612,13 @@ impl LaunchDims {
         };
         match problem {
             None => Ok(()),
-            Some(what) => Err(CudaError::Unsupported {
-                kernel: kernel.to_owned(),
-                what,
-            }),
+            Some(what) => Err(CudaError::Unsupported { kernel: kernel.to_owned(), what }),
         }
     }
 }
 
 fn unsupported_dims(what: String) -> CudaError {
-    CudaError::Unsupported {
-        kernel: "(launch dimensions)".to_owned(),
-        what,
-    }
+    CudaError::Unsupported { kernel: "(launch dimensions)".to_owned(), what }
 }
 
 #[cfg(test)]
@@ -720,10 +628,7 @@ mod tests {
 
     #[test]
     fn layout_check_names_the_parameter() {
-        assert_eq!(
-            check_layout("k", &[ParamKind::Ptr, ParamKind::I32], &[8, 4]),
-            Ok(())
-        );
+        assert_eq!(check_layout("k", &[ParamKind::Ptr, ParamKind::I32], &[8, 4]), Ok(()));
         let e = check_layout("k", &[ParamKind::Ptr, ParamKind::I64], &[8, 4]).unwrap_err();
         assert!(
             matches!(&e, CudaError::Signature { kernel, detail } if kernel == "k" && detail.contains("parameter 1"))
@@ -737,10 +642,7 @@ mod tests {
     #[test]
     fn args_must_match_params() {
         let params = [ParamKind::U64, ParamKind::F32];
-        assert_eq!(
-            check_args("k", &params, &[KernelArg::U64(3), KernelArg::F32(1.0)]),
-            Ok(())
-        );
+        assert_eq!(check_args("k", &params, &[KernelArg::U64(3), KernelArg::F32(1.0)]), Ok(()));
         let e = check_args("k", &params, &[KernelArg::U64(3), KernelArg::I32(1)]).unwrap_err();
         assert!(
             matches!(&e, CudaError::Signature { detail, .. } if detail.contains("argument 1 is I32, parameter is F32"))
@@ -760,23 +662,11 @@ mod tests {
         assert!(LaunchDims::linear(10, 0).is_err());
         assert!(LaunchDims::linear(10, 1025).is_err());
         assert_eq!(LaunchDims::linear(0, 256).map(|d| d.grid), Ok((1, 1, 1)));
-        let bad = LaunchDims {
-            grid: (1, 65_536, 1),
-            block: (32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let bad = LaunchDims { grid: (1, 65_536, 1), block: (32, 1, 1), shared_mem_bytes: 0 };
         assert!(matches!(bad.check("k"), Err(CudaError::Unsupported { .. })));
-        let bad = LaunchDims {
-            grid: (1, 1, 1),
-            block: (32, 32, 2),
-            shared_mem_bytes: 0,
-        };
+        let bad = LaunchDims { grid: (1, 1, 1), block: (32, 32, 2), shared_mem_bytes: 0 };
         assert!(bad.check("k").is_err());
-        let ok = LaunchDims {
-            grid: (4, 2, 1),
-            block: (32, 8, 4),
-            shared_mem_bytes: 0,
-        };
+        let ok = LaunchDims { grid: (4, 2, 1), block: (32, 8, 4), shared_mem_bytes: 0 };
         assert_eq!(ok.check("k"), Ok(()));
         assert_eq!(ok.threads(), 8 * 1024);
     }

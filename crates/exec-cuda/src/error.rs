@@ -79,9 +79,7 @@ pub enum CudaError {
         detail: String,
     },
     /// A device range lies outside its buffer.
-    #[error(
-        "{what}: range [{offset}, {offset}+{bytes}) lies outside buffer `{buffer}` of {size} bytes"
-    )]
+    #[error("{what}: range [{offset}, {offset}+{bytes}) lies outside buffer `{buffer}` of {size} bytes")]
     OutOfBounds {
         /// What the range was for (an argument, a copy, a GEMM operand).
         what: String,
@@ -139,13 +137,8 @@ pub(crate) fn driver(call: &'static str) -> impl FnOnce(cudarc::driver::DriverEr
 }
 
 /// Maps a cuBLAS error of `call` to [`CudaError::Cublas`].
-pub(crate) fn cublas(
-    call: &'static str,
-) -> impl FnOnce(cudarc::cublas::result::CublasError) -> CudaError {
-    move |e| CudaError::Cublas {
-        call,
-        status: format!("{:?}", e.0),
-    }
+pub(crate) fn cublas(call: &'static str) -> impl FnOnce(cudarc::cublas::result::CublasError) -> CudaError {
+    move |e| CudaError::Cublas { call, status: format!("{:?}", e.0) }
 }
 
 /// Checks that `name` is a C identifier, so that NVRTC and the driver never see NULs or odd characters (cudarc
@@ -153,18 +146,13 @@ pub(crate) fn cublas(
 pub(crate) fn check_identifier(what: &'static str, name: &str) -> CudaResult<()> {
     let mut chars = name.chars();
     let ok = match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() || c == '_' => {
-            chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        }
+        Some(c) if c.is_ascii_alphabetic() || c == '_' => chars.all(|c| c.is_ascii_alphanumeric() || c == '_'),
         _ => false,
     };
     if ok {
         Ok(())
     } else {
-        Err(CudaError::InvalidName {
-            what,
-            name: name.to_owned(),
-        })
+        Err(CudaError::InvalidName { what, name: name.to_owned() })
     }
 }
 
@@ -187,20 +175,9 @@ mod tests {
 
     #[test]
     fn unavailable_kinds() {
-        assert!(CudaError::NoDriver {
-            reason: String::new()
-        }
-        .is_unavailable());
-        assert!(CudaError::NoDevice {
-            ordinal: 0,
-            count: 0
-        }
-        .is_unavailable());
+        assert!(CudaError::NoDriver { reason: String::new() }.is_unavailable());
+        assert!(CudaError::NoDevice { ordinal: 0, count: 0 }.is_unavailable());
         assert!(!CudaError::OutOfMemory { requested: 1 }.is_unavailable());
-        assert!(!CudaError::Compile {
-            kernel: "k".into(),
-            log: String::new()
-        }
-        .is_unavailable());
+        assert!(!CudaError::Compile { kernel: "k".into(), log: String::new() }.is_unavailable());
     }
 }

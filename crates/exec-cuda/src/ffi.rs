@@ -48,10 +48,7 @@ pub(crate) fn device_total_mem(dev: drv_sys::CUdevice) -> Result<usize, DriverEr
 }
 
 /// A device attribute. `dev` must come from `cuDeviceGet` after a successful `cuInit`.
-pub(crate) fn device_attribute(
-    dev: drv_sys::CUdevice,
-    attr: drv_sys::CUdevice_attribute,
-) -> Result<i32, DriverError> {
+pub(crate) fn device_attribute(dev: drv_sys::CUdevice, attr: drv_sys::CUdevice_attribute) -> Result<i32, DriverError> {
     // SAFETY: as for `device_total_mem`.
     unsafe { drv::device::get_attribute(dev, attr) }
 }
@@ -116,24 +113,13 @@ pub(crate) fn launch(
             }
         })
         .collect();
-    let mut params: Vec<*mut std::ffi::c_void> = slots
-        .iter_mut()
-        .map(|s| (s as *mut u64).cast::<std::ffi::c_void>())
-        .collect();
+    let mut params: Vec<*mut std::ffi::c_void> =
+        slots.iter_mut().map(|s| (s as *mut u64).cast::<std::ffi::c_void>()).collect();
     // SAFETY: `func` belongs to `ctx` (bound above) and stays loaded while `func` lives; `params` holds exactly one
     // valid pointer per kernel parameter (signature checked by the caller), each into `slots`, which outlives the
     // call (the driver copies parameter values before cuLaunchKernel returns); device pointers inside the values
     // were bounds-checked against live buffers, which are freed only after a full context synchronize.
-    unsafe {
-        drv::launch_kernel(
-            func.cu_function(),
-            grid,
-            block,
-            shared_mem_bytes,
-            stream.cu_stream(),
-            &mut params,
-        )
-    }
+    unsafe { drv::launch_kernel(func.cu_function(), grid, block, shared_mem_bytes, stream.cu_stream(), &mut params) }
 }
 
 /// The byte size of each parameter of `func` in order, or `None` when the driver is older than 12.4 and cannot say.
@@ -152,9 +138,7 @@ pub(crate) fn param_sizes(
     for index in 0..8192usize {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: `func` is a loaded function of the bound context; both out-pointers are valid for the call.
-        let status = unsafe {
-            drv_sys::cuFuncGetParamInfo(func.cu_function(), index, &mut offset, &mut size)
-        };
+        let status = unsafe { drv_sys::cuFuncGetParamInfo(func.cu_function(), index, &mut offset, &mut size) };
         match status {
             drv_sys::CUresult::CUDA_SUCCESS => sizes.push(size),
             // One past the last parameter.
@@ -168,12 +152,7 @@ pub(crate) fn param_sizes(
 /// Copies `src` to device address `dst` and waits until the copy is complete.
 ///
 /// Precondition (checked by the caller): `[dst, dst + src.len())` lies inside a live buffer of `ctx`.
-pub(crate) fn copy_htod_sync(
-    ctx: &CudaContext,
-    stream: &CudaStream,
-    dst: u64,
-    src: &[u8],
-) -> Result<(), DriverError> {
+pub(crate) fn copy_htod_sync(ctx: &CudaContext, stream: &CudaStream, dst: u64, src: &[u8]) -> Result<(), DriverError> {
     ctx.bind_to_thread()?;
     // SAFETY: `dst` range is in bounds of a live allocation (caller's check); `src` is borrowed until the stream
     // synchronize below returns, so the driver never reads it after it is released.
@@ -271,18 +250,11 @@ impl BlasHandle {
         workspace: u64,
         workspace_bytes: usize,
     ) -> Result<Self, (&'static str, CublasError)> {
-        ctx.bind_to_thread().map_err(|_| {
-            (
-                "cuCtxSetCurrent",
-                CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED),
-            )
-        })?;
+        ctx.bind_to_thread()
+            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
         let handle = cudarc::cublas::result::create_handle().map_err(|e| ("cublasCreate_v2", e))?;
         // Own it at once so that any error below still destroys it.
-        let owned = Self {
-            handle,
-            ctx: ctx.clone(),
-        };
+        let owned = Self { handle, ctx: ctx.clone() };
         // SAFETY: `handle` is live; `stream` is a live stream of the bound context and outlives the handle (the
         // `Blas` owner holds an Arc of it).
         unsafe { cudarc::cublas::result::set_stream(owned.handle, stream.cu_stream() as _) }
@@ -290,22 +262,14 @@ impl BlasHandle {
         // An explicit workspace keeps cuBLAS from allocating inside a stream capture (which would fail or leak
         // into the graph) and keeps concurrent handles on different streams from sharing one.
         // SAFETY: the range is a live device allocation that outlives the handle (precondition above).
-        unsafe {
-            blas_sys::cublasSetWorkspace_v2(
-                owned.handle,
-                workspace as *mut std::ffi::c_void,
-                workspace_bytes,
-            )
-        }
-        .result()
-        .map_err(|e| ("cublasSetWorkspace_v2", e))?;
+        unsafe { blas_sys::cublasSetWorkspace_v2(owned.handle, workspace as *mut std::ffi::c_void, workspace_bytes) }
+            .result()
+            .map_err(|e| ("cublasSetWorkspace_v2", e))?;
         // Plain FP32 arithmetic: no TF32 tensor-op shortcut, so results stay comparable with the simulator's.
         // SAFETY: `handle` is live.
-        unsafe {
-            blas_sys::cublasSetMathMode(owned.handle, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH)
-        }
-        .result()
-        .map_err(|e| ("cublasSetMathMode", e))?;
+        unsafe { blas_sys::cublasSetMathMode(owned.handle, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH) }
+            .result()
+            .map_err(|e| ("cublasSetMathMode", e))?;
         Ok(owned)
     }
 
@@ -314,12 +278,9 @@ impl BlasHandle {
     /// Precondition (checked by `blas::Blas`): every operand's extent, from its leading dimension, stride and batch,
     /// lies inside a live buffer; dimensions and leading dimensions are positive and fit `c_int`.
     pub(crate) fn sgemm(&self, call: &SgemmCall) -> Result<(), (&'static str, CublasError)> {
-        self.ctx.bind_to_thread().map_err(|_| {
-            (
-                "cuCtxSetCurrent",
-                CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED),
-            )
-        })?;
+        self.ctx
+            .bind_to_thread()
+            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
         let op = |t: bool| {
             if t {
                 blas_sys::cublasOperation_t::CUBLAS_OP_T

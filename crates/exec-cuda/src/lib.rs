@@ -16,10 +16,12 @@
 //! - [`device`]: RAII owners of the context, region buffers, streams, events, modules and kernels;
 //! - [`blas`]: a cuBLAS handle bound to a stream, column- and row-major SGEMM;
 //! - [`capture`]: multi-stream CUDA graph capture and replay;
+//! - [`codegen`]: CUDA C source for each plan kernel (per-element, row, cuBLAS + epilogue, custom);
 //! - `ffi` (private): the only module with `unsafe`, each block justified by a `// SAFETY:` comment.
 
 pub mod blas;
 pub mod capture;
+pub mod codegen;
 pub mod device;
 pub mod error;
 mod ffi;
@@ -28,10 +30,7 @@ pub mod probe;
 
 pub use blas::{Blas, Matmul, Sgemm};
 pub use capture::{capture, Graph};
-pub use device::{
-    Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind,
-    Stream,
-};
+pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind, Stream};
 pub use error::{CudaError, CudaResult};
 pub use nvrtc::{compile, CacheStats, CompileCache, CompileOptions, Ptx};
 pub use probe::{availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};

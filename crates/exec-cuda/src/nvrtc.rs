@@ -33,13 +33,7 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        Self {
-            arch: "sm_90".to_owned(),
-            fmad: false,
-            std: "c++17".to_owned(),
-            line_info: false,
-            extra: Vec::new(),
-        }
+        Self { arch: "sm_90".to_owned(), fmad: false, std: "c++17".to_owned(), line_info: false, extra: Vec::new() }
     }
 }
 
@@ -47,10 +41,7 @@ impl CompileOptions {
     /// The defaults for another architecture, e.g. `CompileOptions::for_arch("sm_80")`.
     #[must_use]
     pub fn for_arch(arch: &str) -> Self {
-        Self {
-            arch: arch.to_owned(),
-            ..Self::default()
-        }
+        Self { arch: arch.to_owned(), ..Self::default() }
     }
 
     /// The command-line options handed to NVRTC, in order.
@@ -98,9 +89,7 @@ impl Ptx {
     #[must_use]
     pub fn target(&self) -> Option<&str> {
         self.text.lines().find_map(|l| {
-            l.trim()
-                .strip_prefix(".target")
-                .map(|rest| rest.trim().split(',').next().unwrap_or("").trim())
+            l.trim().strip_prefix(".target").map(|rest| rest.trim().split(',').next().unwrap_or("").trim())
         })
     }
 
@@ -111,14 +100,8 @@ impl Ptx {
             .lines()
             .filter_map(|l| {
                 let l = l.trim_start();
-                let rest = l
-                    .strip_prefix(".visible .entry ")
-                    .or_else(|| l.strip_prefix(".entry "))?;
-                Some(
-                    rest.split(|c: char| c == '(' || c.is_whitespace())
-                        .next()
-                        .unwrap_or(rest),
-                )
+                let rest = l.strip_prefix(".visible .entry ").or_else(|| l.strip_prefix(".entry "))?;
+                Some(rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or(rest))
             })
             .collect()
     }
@@ -142,16 +125,10 @@ pub fn compile(kernel: &str, source: &str, options: &CompileOptions) -> CudaResu
 }
 
 /// The compile itself; `probe` calls it before NVRTC is known to work, so it checks only what cannot panic.
-pub(crate) fn compile_uncached(
-    kernel: &str,
-    source: &str,
-    options: &CompileOptions,
-) -> CudaResult<Ptx> {
+pub(crate) fn compile_uncached(kernel: &str, source: &str, options: &CompileOptions) -> CudaResult<Ptx> {
     check_identifier("kernel", kernel)?;
     if !crate::ffi::nvrtc_lib_present() {
-        return Err(CudaError::NvrtcUnavailable {
-            reason: "libnvrtc cannot be loaded".to_owned(),
-        });
+        return Err(CudaError::NvrtcUnavailable { reason: "libnvrtc cannot be loaded".to_owned() });
     }
     // cudarc panics on an interior NUL (CString); report it as what it is, a broken source.
     if let Some(pos) = source.find('\0') {
@@ -166,28 +143,18 @@ pub(crate) fn compile_uncached(
         ..Default::default()
     };
     let started = std::time::Instant::now();
-    let result = crate::probe::guard("NVRTC", || {
-        cudarc::nvrtc::compile_ptx_with_opts(source, opts)
-    })
-    .map_err(|reason| CudaError::NvrtcUnavailable { reason })?;
-    tracing::debug!(
-        kernel,
-        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
-        "nvrtc compile"
-    );
+    let result = crate::probe::guard("NVRTC", || cudarc::nvrtc::compile_ptx_with_opts(source, opts))
+        .map_err(|reason| CudaError::NvrtcUnavailable { reason })?;
+    tracing::debug!(kernel, elapsed_ms = started.elapsed().as_secs_f64() * 1e3, "nvrtc compile");
     let ptx = result.map_err(|e| compile_error(kernel, e))?;
-    Ok(Ptx {
-        kernel: kernel.to_owned(),
-        text: Arc::from(ptx.to_src()),
-    })
+    Ok(Ptx { kernel: kernel.to_owned(), text: Arc::from(ptx.to_src()) })
 }
 
 fn compile_error(kernel: &str, e: CompileError) -> CudaError {
     match e {
-        CompileError::CompileError { log, .. } => CudaError::Compile {
-            kernel: kernel.to_owned(),
-            log: log.to_string_lossy().trim_end().to_owned(),
-        },
+        CompileError::CompileError { log, .. } => {
+            CudaError::Compile { kernel: kernel.to_owned(), log: log.to_string_lossy().trim_end().to_owned() }
+        }
         other => CudaError::Compile {
             kernel: kernel.to_owned(),
             log: format!("NVRTC failed outside compilation: {other:?}"),
@@ -218,9 +185,7 @@ pub struct CompileCache {
 
 impl fmt::Debug for CompileCache {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CompileCache")
-            .field("stats", &self.stats())
-            .finish_non_exhaustive()
+        f.debug_struct("CompileCache").field("stats", &self.stats()).finish_non_exhaustive()
     }
 }
 
@@ -243,10 +208,7 @@ impl CompileCache {
             let mut inner = self.lock();
             if let Some(text) = inner.entries.get(&key).cloned() {
                 inner.stats.hits += 1;
-                return Ok(Ptx {
-                    kernel: kernel.to_owned(),
-                    text,
-                });
+                return Ok(Ptx { kernel: kernel.to_owned(), text });
             }
         }
         // Compile outside the lock: NVRTC takes tens of milliseconds and other threads may compile other kernels.
@@ -277,9 +239,7 @@ impl CompileCache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
         // A panic while holding the lock leaves only counters and complete entries behind: keep using them.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -327,10 +287,7 @@ mod tests {
     fn bad_names_are_rejected_before_nvrtc() {
         let cache = CompileCache::new();
         let err = cache.compile("bad name", "", &CompileOptions::default());
-        assert!(matches!(
-            err,
-            Err(CudaError::InvalidName { what: "kernel", .. })
-        ));
+        assert!(matches!(err, Err(CudaError::InvalidName { what: "kernel", .. })));
         assert_eq!(cache.stats(), CacheStats::default());
     }
 }

@@ -37,19 +37,13 @@ impl DeviceInfo {
     /// The NVRTC architecture for this device, e.g. `sm_90`.
     #[must_use]
     pub fn arch(&self) -> String {
-        format!(
-            "sm_{}{}",
-            self.compute_capability.0, self.compute_capability.1
-        )
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
     }
 
     /// The driver version as (major, minor).
     #[must_use]
     pub fn driver_version_pair(&self) -> (u32, u32) {
-        (
-            self.driver_version / 1000,
-            (self.driver_version % 1000) / 10,
-        )
+        (self.driver_version / 1000, (self.driver_version % 1000) / 10)
     }
 }
 
@@ -78,9 +72,7 @@ pub fn device_info(ordinal: usize) -> CudaResult<DeviceInfo> {
         return Err(no_driver_lib());
     }
     guard("the CUDA driver", || query_device(ordinal)).unwrap_or_else(|msg| {
-        Err(CudaError::NoDriver {
-            reason: format!("the driver library loaded but failed: {msg}"),
-        })
+        Err(CudaError::NoDriver { reason: format!("the driver library loaded but failed: {msg}") })
     })
 }
 
@@ -104,15 +96,13 @@ fn query_device(ordinal: usize) -> CudaResult<DeviceInfo> {
     let dev = drv::device::get(ordinal_c).map_err(crate::error::driver("cuDeviceGet"))?;
     let name = drv::device::get_name(dev).map_err(crate::error::driver("cuDeviceGetName"))?;
     let attr = |a: CUdevice_attribute| -> CudaResult<u32> {
-        let v =
-            ffi::device_attribute(dev, a).map_err(crate::error::driver("cuDeviceGetAttribute"))?;
+        let v = ffi::device_attribute(dev, a).map_err(crate::error::driver("cuDeviceGetAttribute"))?;
         Ok(u32::try_from(v).unwrap_or(0))
     };
     let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let total_memory =
-        ffi::device_total_mem(dev).map_err(crate::error::driver("cuDeviceTotalMem_v2"))?;
+    let total_memory = ffi::device_total_mem(dev).map_err(crate::error::driver("cuDeviceTotalMem_v2"))?;
     Ok(DeviceInfo {
         ordinal,
         device_count: count,
@@ -126,25 +116,20 @@ fn query_device(ordinal: usize) -> CudaResult<DeviceInfo> {
 
 fn init_error(e: DriverError, version: i32) -> CudaError {
     match e.0 {
-        CUresult::CUDA_ERROR_NO_DEVICE => CudaError::NoDevice {
-            ordinal: 0,
-            count: 0,
-        },
+        CUresult::CUDA_ERROR_NO_DEVICE => CudaError::NoDevice { ordinal: 0, count: 0 },
         CUresult::CUDA_ERROR_STUB_LIBRARY => CudaError::NoDriver {
-            reason: "the loaded libcuda.so is the CUDA toolkit's link stub, not a driver"
-                .to_owned(),
+            reason: "the loaded libcuda.so is the CUDA toolkit's link stub, not a driver".to_owned(),
         },
-        CUresult::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH
-        | CUresult::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => CudaError::NoDriver {
-            reason: format!(
-                "the driver library (CUDA {}.{}) does not match the kernel driver: {e:?}",
-                version / 1000,
-                (version % 1000) / 10
-            ),
-        },
-        _ => CudaError::NoDriver {
-            reason: format!("cuInit failed: {e:?}"),
-        },
+        CUresult::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH | CUresult::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE => {
+            CudaError::NoDriver {
+                reason: format!(
+                    "the driver library (CUDA {}.{}) does not match the kernel driver: {e:?}",
+                    version / 1000,
+                    (version % 1000) / 10
+                ),
+            }
+        }
+        _ => CudaError::NoDriver { reason: format!("cuInit failed: {e:?}") },
     }
 }
 
@@ -159,9 +144,7 @@ pub fn nvrtc_availability() -> CudaResult<NvrtcInfo> {
 
 fn probe_nvrtc() -> CudaResult<NvrtcInfo> {
     if !ffi::nvrtc_lib_present() {
-        return Err(CudaError::NvrtcUnavailable {
-            reason: nvrtc_missing_reason(),
-        });
+        return Err(CudaError::NvrtcUnavailable { reason: nvrtc_missing_reason() });
     }
     let version = guard("NVRTC", ffi::nvrtc_version)
         .map_err(unavailable)?
@@ -169,17 +152,8 @@ fn probe_nvrtc() -> CudaResult<NvrtcInfo> {
     // A library that loads can still lack its builtins companion (libnvrtc-builtins), which only shows when
     // compiling: prove it once with the smallest kernel.
     let src = "extern \"C\" __global__ void cuplan_probe(float* x) { x[threadIdx.x] += 1.0f; }";
-    crate::nvrtc::compile_uncached(
-        "cuplan_probe",
-        src,
-        &crate::nvrtc::CompileOptions::default(),
-    )
-    .map_err(|e| {
-        unavailable(format!(
-            "NVRTC {}.{} loads but cannot compile: {e}",
-            version.0, version.1
-        ))
-    })?;
+    crate::nvrtc::compile_uncached("cuplan_probe", src, &crate::nvrtc::CompileOptions::default())
+        .map_err(|e| unavailable(format!("NVRTC {}.{} loads but cannot compile: {e}", version.0, version.1)))?;
     Ok(NvrtcInfo { version })
 }
 

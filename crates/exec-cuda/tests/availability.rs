@@ -16,10 +16,7 @@ fn availability_never_panics_and_explains() {
         }
         Err(CudaError::NoDriver { reason }) => {
             eprintln!("no driver (expected on CPU-only machines): {reason}");
-            assert!(
-                reason.contains("libcuda") || reason.contains("driver"),
-                "{reason}"
-            );
+            assert!(reason.contains("libcuda") || reason.contains("driver"), "{reason}");
         }
         Err(e @ CudaError::NoDevice { .. }) => eprintln!("driver without device: {e}"),
         Err(e) => panic!("availability() must report NoDriver/NoDevice or succeed, got {e:?}"),
@@ -42,23 +39,14 @@ fn open_fails_with_the_same_reason_as_the_probe() {
             assert!(open.is_unavailable(), "{open:?}");
             assert_eq!(probe, open);
         }
-        (p, o) => panic!(
-            "probe and open disagree: {p:?} vs {:?}",
-            o.map(|d| d.info().clone())
-        ),
+        (p, o) => panic!("probe and open disagree: {p:?} vs {:?}", o.map(|d| d.info().clone())),
     }
 }
 
 #[test]
 fn a_missing_ordinal_is_no_device_or_no_driver() {
     let err = device_info(4096).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            CudaError::NoDriver { .. } | CudaError::NoDevice { ordinal: 4096, .. }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, CudaError::NoDriver { .. } | CudaError::NoDevice { ordinal: 4096, .. }), "{err:?}");
     let err = Device::open(4096).unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
 }
@@ -70,20 +58,9 @@ fn error_messages_name_what_failed() {
         log: "fused_3.cu(2): error: identifier \"y\" is undefined".into(),
     };
     let text = e.to_string();
-    assert!(
-        text.starts_with("kernel `fused_3` failed to compile"),
-        "{text}"
-    );
+    assert!(text.starts_with("kernel `fused_3` failed to compile"), "{text}");
     assert!(text.contains("fused_3.cu(2)"), "{text}");
-    let e = CudaError::OutOfBounds {
-        what: "argument 2".into(),
-        buffer: "pool".into(),
-        offset: 256,
-        bytes: 512,
-        size: 600,
-    };
-    assert_eq!(
-        e.to_string(),
-        "argument 2: range [256, 256+512) lies outside buffer `pool` of 600 bytes"
-    );
+    let e =
+        CudaError::OutOfBounds { what: "argument 2".into(), buffer: "pool".into(), offset: 256, bytes: 512, size: 600 };
+    assert_eq!(e.to_string(), "argument 2: range [256, 256+512) lies outside buffer `pool` of 600 bytes");
 }

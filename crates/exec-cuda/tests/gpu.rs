@@ -5,9 +5,7 @@
 mod common;
 
 use common::{blas_or_skip, device_or_skip, from_bytes, gpu_and_nvrtc_or_skip, to_bytes};
-use exec_cuda::{
-    capture, compile, Blas, CompileOptions, CudaError, KernelArg, LaunchDims, Matmul, ParamKind,
-};
+use exec_cuda::{capture, compile, Blas, CompileOptions, CudaError, KernelArg, LaunchDims, Matmul, ParamKind};
 
 const KERNELS: &str = r#"
 extern "C" __global__ void add_f32(const float* a, const float* b, float* out, unsigned long long n) {
@@ -20,18 +18,8 @@ extern "C" __global__ void scale_f32(const float* x, float* out, float s, unsign
 }
 "#;
 
-const ADD_PARAMS: [ParamKind; 4] = [
-    ParamKind::Ptr,
-    ParamKind::Ptr,
-    ParamKind::Ptr,
-    ParamKind::U64,
-];
-const SCALE_PARAMS: [ParamKind; 4] = [
-    ParamKind::Ptr,
-    ParamKind::Ptr,
-    ParamKind::F32,
-    ParamKind::U64,
-];
+const ADD_PARAMS: [ParamKind; 4] = [ParamKind::Ptr, ParamKind::Ptr, ParamKind::Ptr, ParamKind::U64];
+const SCALE_PARAMS: [ParamKind; 4] = [ParamKind::Ptr, ParamKind::Ptr, ParamKind::F32, ParamKind::U64];
 
 fn options_for(device: &exec_cuda::Device) -> CompileOptions {
     CompileOptions::for_arch(&device.info().arch())
@@ -48,18 +36,9 @@ fn buffers_round_trip_and_refuse_out_of_bounds_ranges() {
     stream.copy_to_host(&mut zeros, buf.all()).unwrap();
     assert!(zeros.iter().all(|&b| b == 0), "allocations are zeroed");
     let data: Vec<u8> = (0..256u32).map(|i| (i * 7 % 251) as u8).collect();
-    stream
-        .copy_to_device(buf.range("in", 512, 256).unwrap(), &data)
-        .unwrap();
-    stream
-        .copy_device(
-            buf.range("dst", 0, 256).unwrap(),
-            buf.range("src", 512, 256).unwrap(),
-        )
-        .unwrap();
-    stream
-        .fill(buf.range("tail", 768, 256).unwrap(), 0xAB)
-        .unwrap();
+    stream.copy_to_device(buf.range("in", 512, 256).unwrap(), &data).unwrap();
+    stream.copy_device(buf.range("dst", 0, 256).unwrap(), buf.range("src", 512, 256).unwrap()).unwrap();
+    stream.fill(buf.range("tail", 768, 256).unwrap(), 0xAB).unwrap();
     let mut back = vec![0u8; 1024];
     stream.copy_to_host(&mut back, buf.all()).unwrap();
     assert_eq!(&back[..256], &data[..]);
@@ -110,16 +89,7 @@ fn a_compiled_kernel_launches_and_computes() {
     stream.copy_to_device(rb, &to_bytes(&b)).unwrap();
     let dims = LaunchDims::linear(n as u64, 256).unwrap();
     stream
-        .launch(
-            &add,
-            dims,
-            &[
-                KernelArg::Ptr(ra),
-                KernelArg::Ptr(rb),
-                KernelArg::Ptr(rc),
-                KernelArg::U64(n as u64),
-            ],
-        )
+        .launch(&add, dims, &[KernelArg::Ptr(ra), KernelArg::Ptr(rb), KernelArg::Ptr(rc), KernelArg::U64(n as u64)])
         .unwrap();
     let mut out = vec![0u8; 4 * n];
     stream.copy_to_host(&mut out, rc).unwrap();
@@ -127,60 +97,34 @@ fn a_compiled_kernel_launches_and_computes() {
     assert_eq!(from_bytes(&out), want);
 
     // Wrong arguments are refused before the driver sees them.
-    let err = stream
-        .launch(&add, dims, &[KernelArg::Ptr(ra)])
-        .unwrap_err();
+    let err = stream.launch(&add, dims, &[KernelArg::Ptr(ra)]).unwrap_err();
     assert!(matches!(err, CudaError::Signature { .. }), "{err:?}");
 }
 
 #[test]
 fn a_wrong_declaration_is_caught_at_load_on_new_drivers() {
-    let Some(device) =
-        gpu_and_nvrtc_or_skip("a_wrong_declaration_is_caught_at_load_on_new_drivers")
-    else {
+    let Some(device) = gpu_and_nvrtc_or_skip("a_wrong_declaration_is_caught_at_load_on_new_drivers") else {
         return;
     };
-    let module = device
-        .load(&compile("kernels", KERNELS, &options_for(&device)).unwrap())
-        .unwrap();
-    let wrong = module.kernel(
-        "add_f32",
-        &[
-            ParamKind::Ptr,
-            ParamKind::Ptr,
-            ParamKind::Ptr,
-            ParamKind::U32,
-        ],
-    );
+    let module = device.load(&compile("kernels", KERNELS, &options_for(&device)).unwrap()).unwrap();
+    let wrong = module.kernel("add_f32", &[ParamKind::Ptr, ParamKind::Ptr, ParamKind::Ptr, ParamKind::U32]);
     if device.info().driver_version >= 12_040 {
-        assert!(
-            matches!(wrong, Err(CudaError::Signature { .. })),
-            "{wrong:?}"
-        );
+        assert!(matches!(wrong, Err(CudaError::Signature { .. })), "{wrong:?}");
     } else {
         eprintln!("driver < 12.4 cannot report parameter layouts; declaration not checked");
     }
-    assert!(matches!(
-        module.kernel("no_such_kernel", &[]),
-        Err(CudaError::Driver { .. })
-    ));
-    assert!(matches!(
-        module.kernel("bad name", &[]),
-        Err(CudaError::InvalidName { .. })
-    ));
+    assert!(matches!(module.kernel("no_such_kernel", &[]), Err(CudaError::Driver { .. })));
+    assert!(matches!(module.kernel("bad name", &[]), Err(CudaError::InvalidName { .. })));
 }
 
 /// Two streams in one captured graph: s0 computes c = a + b, s1 waits for it and computes d = 2c, while s0 goes on
 /// with e = 3a; replaying twice after changing the inputs gives the new results.
 #[test]
 fn a_two_stream_capture_replays_with_the_plan_events() {
-    let Some(device) = gpu_and_nvrtc_or_skip("a_two_stream_capture_replays_with_the_plan_events")
-    else {
+    let Some(device) = gpu_and_nvrtc_or_skip("a_two_stream_capture_replays_with_the_plan_events") else {
         return;
     };
-    let module = device
-        .load(&compile("kernels", KERNELS, &options_for(&device)).unwrap())
-        .unwrap();
+    let module = device.load(&compile("kernels", KERNELS, &options_for(&device)).unwrap()).unwrap();
     let add = module.kernel("add_f32", &ADD_PARAMS).unwrap();
     let scale = module.kernel("scale_f32", &SCALE_PARAMS).unwrap();
     let n = 4096usize;
@@ -193,38 +137,11 @@ fn a_two_stream_capture_replays_with_the_plan_events() {
     let nn = KernelArg::U64(n as u64);
     let graph = capture(&device, &s0, std::slice::from_ref(&s1), |streams| {
         let (s0, s1) = (&streams[0], &streams[1]);
-        s0.launch(
-            &add,
-            dims,
-            &[
-                KernelArg::Ptr(r(0)),
-                KernelArg::Ptr(r(1)),
-                KernelArg::Ptr(r(2)),
-                nn,
-            ],
-        )?;
+        s0.launch(&add, dims, &[KernelArg::Ptr(r(0)), KernelArg::Ptr(r(1)), KernelArg::Ptr(r(2)), nn])?;
         s0.record(&c_ready)?;
         s1.wait(&c_ready)?;
-        s1.launch(
-            &scale,
-            dims,
-            &[
-                KernelArg::Ptr(r(2)),
-                KernelArg::Ptr(r(3)),
-                KernelArg::F32(2.0),
-                nn,
-            ],
-        )?;
-        s0.launch(
-            &scale,
-            dims,
-            &[
-                KernelArg::Ptr(r(0)),
-                KernelArg::Ptr(r(4)),
-                KernelArg::F32(3.0),
-                nn,
-            ],
-        )
+        s1.launch(&scale, dims, &[KernelArg::Ptr(r(2)), KernelArg::Ptr(r(3)), KernelArg::F32(2.0), nn])?;
+        s0.launch(&scale, dims, &[KernelArg::Ptr(r(0)), KernelArg::Ptr(r(4)), KernelArg::F32(3.0), nn])
     })
     .unwrap();
     graph.upload().unwrap();
@@ -252,19 +169,13 @@ fn a_failed_capture_leaves_the_streams_usable() {
     let Some(device) = gpu_and_nvrtc_or_skip("a_failed_capture_leaves_the_streams_usable") else {
         return;
     };
-    let module = device
-        .load(&compile("kernels", KERNELS, &options_for(&device)).unwrap())
-        .unwrap();
+    let module = device.load(&compile("kernels", KERNELS, &options_for(&device)).unwrap()).unwrap();
     let add = module.kernel("add_f32", &ADD_PARAMS).unwrap();
     let buf = device.alloc("pool", 1024).unwrap();
     let (s0, s1) = (device.stream().unwrap(), device.stream().unwrap());
     let err = capture(&device, &s0, std::slice::from_ref(&s1), |streams| {
         // A signature error in the middle of recording.
-        streams[1].launch(
-            &add,
-            LaunchDims::linear(1, 32)?,
-            &[KernelArg::Ptr(buf.all())],
-        )
+        streams[1].launch(&add, LaunchDims::linear(1, 32)?, &[KernelArg::Ptr(buf.all())])
     })
     .unwrap_err();
     assert!(matches!(err, CudaError::Signature { .. }), "{err:?}");
@@ -283,10 +194,7 @@ fn cublas_matmul_matches_the_cpu_in_row_major() {
         return;
     };
     let stream = device.stream().unwrap();
-    let Some(blas) = blas_or_skip(
-        "cublas_matmul_matches_the_cpu_in_row_major",
-        Blas::new(&device, &stream),
-    ) else {
+    let Some(blas) = blas_or_skip("cublas_matmul_matches_the_cpu_in_row_major", Blas::new(&device, &stream)) else {
         return;
     };
     let (batch, m, n, k) = (3usize, 5usize, 7usize, 4usize);
@@ -294,14 +202,10 @@ fn cublas_matmul_matches_the_cpu_in_row_major() {
     mm.stride_b = 0; // one B broadcast over the batch, as ONNX MatMul with a 2-D weight
     let a: Vec<f32> = (0..batch * m * k).map(|i| (i % 13) as f32 - 6.0).collect();
     let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.25).collect();
-    let buf = device
-        .alloc("pool", 4 * (a.len() + b.len() + batch * m * n))
-        .unwrap();
+    let buf = device.alloc("pool", 4 * (a.len() + b.len() + batch * m * n)).unwrap();
     let ra = buf.range("a", 0, 4 * a.len()).unwrap();
     let rb = buf.range("b", 4 * a.len(), 4 * b.len()).unwrap();
-    let rc = buf
-        .range("c", 4 * (a.len() + b.len()), 4 * batch * m * n)
-        .unwrap();
+    let rc = buf.range("c", 4 * (a.len() + b.len()), 4 * batch * m * n).unwrap();
     stream.copy_to_device(ra, &to_bytes(&a)).unwrap();
     stream.copy_to_device(rb, &to_bytes(&b)).unwrap();
     blas.matmul(&mm, ra, rb, rc).unwrap();
@@ -311,21 +215,13 @@ fn cublas_matmul_matches_the_cpu_in_row_major() {
     for p in 0..batch {
         for i in 0..m {
             for j in 0..n {
-                let want: f32 = (0..k)
-                    .map(|l| a[p * m * k + i * k + l] * b[l * n + j])
-                    .sum();
+                let want: f32 = (0..k).map(|l| a[p * m * k + i * k + l] * b[l * n + j]).sum();
                 let got = out[p * m * n + i * n + j];
-                assert!(
-                    (got - want).abs() <= 1e-4 * want.abs().max(1.0),
-                    "[{p},{i},{j}] {got} vs {want}"
-                );
+                assert!((got - want).abs() <= 1e-4 * want.abs().max(1.0), "[{p},{i},{j}] {got} vs {want}");
             }
         }
     }
     // Undersized operands are refused before cuBLAS runs.
     let short = buf.range("c", 0, 4).unwrap();
-    assert!(matches!(
-        blas.matmul(&mm, ra, rb, short),
-        Err(CudaError::OutOfBounds { .. })
-    ));
+    assert!(matches!(blas.matmul(&mm, ra, rb, short), Err(CudaError::OutOfBounds { .. })));
 }

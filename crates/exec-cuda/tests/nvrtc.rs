@@ -38,17 +38,11 @@ fn a_broken_source_returns_the_log_with_the_line() {
     }
     let src = "extern \"C\" __global__ void broken(float* x) {\n    x[0] = 1.0f;\n    x[1] = undefined_name;\n}\n";
     let err = compile("broken", src, &CompileOptions::default()).unwrap_err();
-    let CudaError::Compile { kernel, log } = &err else {
-        panic!("expected Compile, got {err:?}")
-    };
+    let CudaError::Compile { kernel, log } = &err else { panic!("expected Compile, got {err:?}") };
     assert_eq!(kernel, "broken");
     assert!(log.contains("broken.cu(3)"), "{log}");
     assert!(log.contains("undefined_name"), "{log}");
-    assert!(
-        err.to_string()
-            .contains("kernel `broken` failed to compile"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("kernel `broken` failed to compile"), "{err}");
 }
 
 #[test]
@@ -56,16 +50,8 @@ fn a_nul_byte_is_a_compile_error_not_a_panic() {
     if !nvrtc_or_skip("a_nul_byte_is_a_compile_error_not_a_panic") {
         return;
     }
-    let err = compile(
-        "k",
-        "extern \"C\" __global__ void k() {}\0",
-        &CompileOptions::default(),
-    )
-    .unwrap_err();
-    assert!(
-        matches!(&err, CudaError::Compile { log, .. } if log.contains("NUL byte at offset 33")),
-        "{err:?}"
-    );
+    let err = compile("k", "extern \"C\" __global__ void k() {}\0", &CompileOptions::default()).unwrap_err();
+    assert!(matches!(&err, CudaError::Compile { log, .. } if log.contains("NUL byte at offset 33")), "{err:?}");
 }
 
 #[test]
@@ -78,19 +64,8 @@ fn fmad_stays_off_unless_asked() {
     }"#;
     let exact = compile("mad", src, &CompileOptions::default()).unwrap();
     assert!(!exact.text().contains("fma.rn.f32"), "{exact}");
-    assert!(
-        exact.text().contains("mul.rn.f32") && exact.text().contains("add.rn.f32"),
-        "{exact}"
-    );
-    let fast = compile(
-        "mad",
-        src,
-        &CompileOptions {
-            fmad: true,
-            ..CompileOptions::default()
-        },
-    )
-    .unwrap();
+    assert!(exact.text().contains("mul.rn.f32") && exact.text().contains("add.rn.f32"), "{exact}");
+    let fast = compile("mad", src, &CompileOptions { fmad: true, ..CompileOptions::default() }).unwrap();
     assert!(fast.text().contains("fma.rn.f32"), "{fast}");
 }
 
@@ -106,13 +81,9 @@ fn the_cache_compiles_each_source_and_option_set_once() {
     assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 1 });
     assert_eq!(first.text(), again.text());
     assert_eq!(again.kernel(), "add_again");
-    let sm80 = cache
-        .compile("add_f32", ADD, &CompileOptions::for_arch("sm_80"))
-        .unwrap();
+    let sm80 = cache.compile("add_f32", ADD, &CompileOptions::for_arch("sm_80")).unwrap();
     assert_eq!(sm80.target(), Some("sm_80"));
-    let other = cache
-        .compile("add_f32", &ADD.replace("a[i] + b[i]", "a[i] - b[i]"), &opts)
-        .unwrap();
+    let other = cache.compile("add_f32", &ADD.replace("a[i] + b[i]", "a[i] - b[i]"), &opts).unwrap();
     assert_ne!(other.text(), first.text());
     assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 3 });
     assert_eq!(cache.len(), 3);
