@@ -53,3 +53,5 @@ pub fn to_bytes(v: &[f32]) -> Vec<u8> {
 pub fn from_bytes(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
+
+pub mod host;
