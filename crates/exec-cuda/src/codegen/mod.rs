@@ -284,8 +284,23 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some((_, c_buf)) = target else {
         return Ok(None);
     };
-    // The product must not overwrite an operand it still reads.
-    if c_buf.overlaps(&pa.buffer) || c_buf.overlaps(&pb.buffer) {
+    // The product must not overwrite anything the kernel still reads (its operands, a residual read in place).
+    if kernel
+        .params
+        .iter()
+        .any(|p| p.access == Access::Read && p.buffer.overlaps(&c_buf))
+    {
+        return Ok(None);
+    }
+    // When the epilogue rewrites the product's buffer (a C term, or the product borrowing a final output's
+    // buffer), every thread must read the product only at the index it writes: all outputs have its shape.
+    if (has_c || kernel.param_of(vy, Access::Write).is_none())
+        && kernel
+            .params
+            .iter()
+            .filter(|p| p.access == Access::Write)
+            .any(|p| kernel.values.get(p.value.index()).is_none_or(|v| v.shape != y.shape))
+    {
         return Ok(None);
     }
     let blas = BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf };
