@@ -17,6 +17,7 @@
 //! - [`blas`]: a cuBLAS handle bound to a stream, column- and row-major SGEMM;
 //! - [`capture`]: multi-stream CUDA graph capture and replay;
 //! - [`codegen`]: CUDA C source for each plan kernel (per-element, row, cuBLAS + epilogue, custom);
+//! - [`executor`]: [`CudaExecutor`], graph-plan's `Executor` for this backend;
 //! - `ffi` (private): the only module with `unsafe`, each block justified by a `// SAFETY:` comment.
 
 pub mod blas;
@@ -24,6 +25,7 @@ pub mod capture;
 pub mod codegen;
 pub mod device;
 pub mod error;
+pub mod executor;
 mod ffi;
 pub mod nvrtc;
 pub mod probe;
@@ -32,5 +34,6 @@ pub use blas::{Blas, Matmul, Sgemm};
 pub use capture::{capture, Graph};
 pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind, Stream};
 pub use error::{CudaError, CudaResult};
+pub use executor::{CudaExecutor, CudaPrepared};
 pub use nvrtc::{compile, CacheStats, CompileCache, CompileOptions, Ptx};
 pub use probe::{availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};

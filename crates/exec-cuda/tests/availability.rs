@@ -64,3 +64,29 @@ fn error_messages_name_what_failed() {
         CudaError::OutOfBounds { what: "argument 2".into(), buffer: "pool".into(), offset: 256, bytes: 512, size: 600 };
     assert_eq!(e.to_string(), "argument 2: range [256, 256+512) lies outside buffer `pool` of 600 bytes");
 }
+
+#[test]
+fn the_executor_reports_unavailability_instead_of_panicking() {
+    use graph_plan::{ExecutionPlan, Executor, TensorMap};
+    let exec = exec_cuda::CudaExecutor::new(0);
+    assert_eq!(exec.name(), "cuda");
+    let g = graph_plan::ir::synth::mlp(1, 4, 2).unwrap();
+    let plan = ExecutionPlan::build(&g, 1).unwrap();
+    let mut weights = TensorMap::new();
+    graph_plan::exec::fill_missing(&plan, &mut weights, graph_plan::BindingRole::Weight, 1, &[]);
+    match exec.availability() {
+        Ok(()) => eprintln!("CUDA backend available"),
+        Err(u) => {
+            assert_eq!(u.backend, "cuda");
+            assert!(!u.reason.is_empty());
+            let err = exec.prepare(&plan, &weights).unwrap_err();
+            assert!(
+                matches!(&err, graph_plan::ExecError::Backend { backend: "cuda", message } if message.contains("no CUDA driver") || message.contains("NVRTC")),
+                "{err:?}"
+            );
+        }
+    }
+    // Missing weights are the caller's error, reported before any device work.
+    let err = exec.prepare(&plan, &TensorMap::new()).unwrap_err();
+    assert!(matches!(err, graph_plan::ExecError::Missing { role: "weight", .. }), "{err:?}");
+}

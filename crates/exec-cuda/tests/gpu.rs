@@ -225,3 +225,65 @@ fn cublas_matmul_matches_the_cpu_in_row_major() {
     let short = buf.range("c", 0, 4).unwrap();
     assert!(matches!(blas.matmul(&mm, ra, rb, short), Err(CudaError::OutOfBounds { .. })));
 }
+
+/// End to end on the GPU: prepare and replay whole plans (several streams, captured graph), compared with the
+/// host emulator's numbers for the same generated kernels.
+#[test]
+fn plans_run_end_to_end_and_match_the_host_emulator() {
+    use common::host::{compiler, run_plan, HostRegions};
+    use graph_plan::{BindingRole, ExecutionPlan, Executor, HostTensor, PlanOptions, PreparedPlan, TensorMap};
+    let test = "plans_run_end_to_end_and_match_the_host_emulator";
+    let Some(_device) = gpu_and_nvrtc_or_skip(test) else {
+        return;
+    };
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP {test}: no host C++ compiler for the reference");
+        return;
+    };
+    let exec = exec_cuda::CudaExecutor::new(0);
+    let graphs = [
+        graph_plan::ir::synth::mlp(2, 32, 4).unwrap(),
+        graph_plan::ir::synth::transformer(1, 16, 2, 8, 1).unwrap(),
+        graph_plan::ir::synth::resnet_like(1, 4, 8).unwrap(),
+    ];
+    for g in &graphs {
+        let mut opts = PlanOptions::with_streams(3);
+        opts.fusion.caps = exec_cuda::codegen::fusion_caps();
+        let plan = ExecutionPlan::build_with(g, &opts).unwrap();
+        let seeded = |role| {
+            let mut m = TensorMap::new();
+            for b in plan.bindings().iter().filter(|b| b.role == role) {
+                m.insert(b.name.clone(), HostTensor::seeded(b.dtype, &b.shape, &b.name, 9, b.name.contains("var")));
+            }
+            m
+        };
+        let (weights, inputs) = (seeded(BindingRole::Weight), seeded(BindingRole::Input));
+        let mut prepared = match exec.prepare(&plan, &weights) {
+            Ok(p) => p,
+            Err(graph_plan::ExecError::Backend { message, .. }) if message.contains("cuBLAS unavailable") => {
+                eprintln!("SKIP {test}: {message}");
+                return;
+            }
+            Err(e) => panic!("{}: {e}", g.name()),
+        };
+        let first = prepared.run(&inputs).unwrap();
+        let second = prepared.run(&inputs).unwrap();
+        assert_eq!(first, second, "{}: replays are deterministic", g.name());
+        let mut regions = HostRegions::new(&plan);
+        for b in plan.bindings() {
+            let t =
+                weights.get(&b.name).or_else(|| inputs.get(&b.name)).map(|t| t.data.clone()).or_else(|| b.data.clone());
+            if let Some(bytes) = t {
+                regions.bytes_mut(b.buffer).copy_from_slice(&bytes);
+            }
+        }
+        run_plan(cxx, &format!("gpu-{}", g.name()), &plan, &mut regions);
+        for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
+            let want = common::from_bytes(regions.bytes(b.buffer));
+            let got = first[&b.name].to_f32().unwrap();
+            for (i, (x, y)) in got.iter().zip(&want).enumerate() {
+                assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{}: '{}'[{i}] gpu {x} host {y}", g.name(), b.name);
+            }
+        }
+    }
+}

@@ -285,11 +285,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         return Ok(None);
     };
     // The product must not overwrite anything the kernel still reads (its operands, a residual read in place).
-    if kernel
-        .params
-        .iter()
-        .any(|p| p.access == Access::Read && p.buffer.overlaps(&c_buf))
-    {
+    if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&c_buf)) {
         return Ok(None);
     }
     // When the epilogue rewrites the product's buffer (a C term, or the product borrowing a final output's
