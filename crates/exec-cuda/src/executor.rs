@@ -155,7 +155,8 @@ impl CudaPrepared {
         }
         // Kernels: generate, compile once per distinct source, load.
         let sources = codegen::generate_all(plan)?;
-        let cache = CompileCache::new();
+        // $CUPLAN_PTX_CACHE lets a machine without NVRTC use PTX compiled elsewhere.
+        let cache = CompileCache::from_env();
         let options = CompileOptions::for_arch(&device.info().arch());
         let mut kernels = Vec::with_capacity(sources.len());
         for s in &sources {

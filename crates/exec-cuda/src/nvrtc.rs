@@ -6,9 +6,15 @@
 //! The cache keys on the exact (source, options) pair through a `HashMap`, which hashes the pair and compares it
 //! in full on a hash match, so two different kernels can never share an entry; identical kernels (the same fused
 //! pattern at the same shapes, repeated through a model) compile once.
+//!
+//! A cache may also keep its entries in a directory (`CompileCache::with_dir`, or `CUPLAN_PTX_CACHE` through
+//! `CompileCache::from_env`): `<hash>.cu` holds the options and the source, `<hash>.ptx` the result, and an entry
+//! is used only when its `.cu` matches exactly. PTX compiled on a CPU-only machine can so be carried to a GPU
+//! machine that has a driver but no NVRTC.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use cudarc::nvrtc::CompileError;
@@ -165,8 +171,10 @@ fn compile_error(kernel: &str, e: CompileError) -> CudaError {
 /// Hit and miss counts of a [`CompileCache`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
-    /// Lookups answered from the cache.
+    /// Lookups answered from memory.
     pub hits: u64,
+    /// Lookups answered from the cache directory.
+    pub disk_hits: u64,
     /// Lookups that ran NVRTC.
     pub misses: u64,
 }
@@ -181,6 +189,20 @@ struct CacheInner {
 #[derive(Default)]
 pub struct CompileCache {
     inner: Mutex<CacheInner>,
+    dir: Option<PathBuf>,
+}
+
+/// FNV-1a over the options and the source: a stable file name for a cache entry (its `.cu` confirms the match).
+fn stable_hash(source: &str, options: &CompileOptions) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in options.to_args().join("\n").bytes().chain([0xff]).chain(source.bytes()) {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn entry_text(source: &str, options: &CompileOptions) -> String {
+    format!("// nvrtc options: {}\n{source}", options.to_args().join(" "))
 }
 
 impl fmt::Debug for CompileCache {
@@ -194,6 +216,43 @@ impl CompileCache {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A cache that also reads and writes its entries under `dir` (created when first written).
+    #[must_use]
+    pub fn with_dir(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: Some(dir.into()), ..Self::default() }
+    }
+
+    /// [`CompileCache::with_dir`] on `$CUPLAN_PTX_CACHE` when it is set, else [`CompileCache::new`].
+    #[must_use]
+    pub fn from_env() -> Self {
+        match std::env::var_os("CUPLAN_PTX_CACHE") {
+            Some(d) if !d.is_empty() => Self::with_dir(d),
+            _ => Self::new(),
+        }
+    }
+
+    fn disk_lookup(dir: &Path, source: &str, options: &CompileOptions) -> Option<Arc<str>> {
+        let stem = format!("{:016x}", stable_hash(source, options));
+        let cu = std::fs::read_to_string(dir.join(format!("{stem}.cu"))).ok()?;
+        if cu != entry_text(source, options) {
+            return None;
+        }
+        std::fs::read_to_string(dir.join(format!("{stem}.ptx"))).ok().map(Arc::from)
+    }
+
+    fn disk_store(dir: &Path, source: &str, options: &CompileOptions, ptx: &str) {
+        let stem = format!("{:016x}", stable_hash(source, options));
+        let write = || -> std::io::Result<()> {
+            std::fs::create_dir_all(dir)?;
+            // PTX first: a reader that finds the .cu finds the PTX too.
+            std::fs::write(dir.join(format!("{stem}.ptx")), ptx)?;
+            std::fs::write(dir.join(format!("{stem}.cu")), entry_text(source, options))
+        };
+        if let Err(e) = write() {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not write a PTX cache entry");
+        }
     }
 
     /// [`compile`], answered from the cache when the same source was compiled with the same options before. The
@@ -211,8 +270,17 @@ impl CompileCache {
                 return Ok(Ptx { kernel: kernel.to_owned(), text });
             }
         }
+        if let Some(text) = self.dir.as_deref().and_then(|d| Self::disk_lookup(d, source, options)) {
+            let mut inner = self.lock();
+            inner.stats.disk_hits += 1;
+            inner.entries.insert(key, text.clone());
+            return Ok(Ptx { kernel: kernel.to_owned(), text });
+        }
         // Compile outside the lock: NVRTC takes tens of milliseconds and other threads may compile other kernels.
         let ptx = compile(kernel, source, options)?;
+        if let Some(d) = self.dir.as_deref() {
+            Self::disk_store(d, source, options, ptx.text());
+        }
         let mut inner = self.lock();
         inner.stats.misses += 1;
         inner.entries.insert(key, ptx.text.clone());
@@ -281,6 +349,26 @@ mod tests {
         assert_eq!(ptx.target(), Some("sm_90"));
         assert_eq!(ptx.entries(), ["add", "other"]);
         assert_eq!(ptx.kernel(), "k");
+    }
+
+    #[test]
+    fn disk_entries_are_used_only_when_their_source_matches() {
+        let dir = std::env::temp_dir().join(format!("cuplan-ptx-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let opts = CompileOptions::default();
+        let src = "extern \"C\" __global__ void k() {}";
+        // A pre-made entry (as carried from another machine): answered without NVRTC.
+        CompileCache::disk_store(&dir, src, &opts, ".version 8.7\n.target sm_90\n.visible .entry k()\n{}\n");
+        let cache = CompileCache::with_dir(&dir);
+        let ptx = cache.compile("k", src, &opts).unwrap();
+        assert_eq!(ptx.entries(), ["k"]);
+        assert_eq!(cache.stats(), CacheStats { disk_hits: 1, ..CacheStats::default() });
+        // Other options are another entry; a tampered .cu is not trusted.
+        assert!(CompileCache::disk_lookup(&dir, src, &CompileOptions::for_arch("sm_80")).is_none());
+        let stem = format!("{:016x}", stable_hash(src, &opts));
+        std::fs::write(dir.join(format!("{stem}.cu")), "something else").unwrap();
+        assert!(CompileCache::disk_lookup(&dir, src, &opts).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

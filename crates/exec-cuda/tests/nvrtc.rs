@@ -78,14 +78,14 @@ fn the_cache_compiles_each_source_and_option_set_once() {
     let opts = CompileOptions::default();
     let first = cache.compile("add_f32", ADD, &opts).unwrap();
     let again = cache.compile("add_again", ADD, &opts).unwrap();
-    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 1 });
+    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 1, disk_hits: 0 });
     assert_eq!(first.text(), again.text());
     assert_eq!(again.kernel(), "add_again");
     let sm80 = cache.compile("add_f32", ADD, &CompileOptions::for_arch("sm_80")).unwrap();
     assert_eq!(sm80.target(), Some("sm_80"));
     let other = cache.compile("add_f32", &ADD.replace("a[i] + b[i]", "a[i] - b[i]"), &opts).unwrap();
     assert_ne!(other.text(), first.text());
-    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 3 });
+    assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 3, disk_hits: 0 });
     assert_eq!(cache.len(), 3);
     // Failures are not cached.
     assert!(cache.compile("bad", "this is not C", &opts).is_err());

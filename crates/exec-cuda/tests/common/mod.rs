@@ -26,12 +26,6 @@ pub fn device_or_skip(test: &str) -> Option<Device> {
     }
 }
 
-/// Device 0 with NVRTC, or None after printing why.
-pub fn gpu_and_nvrtc_or_skip(test: &str) -> Option<Device> {
-    let device = device_or_skip(test)?;
-    nvrtc_or_skip(test).then_some(device)
-}
-
 /// Unwraps a cuBLAS-dependent result, or prints why cuBLAS is missing and returns None.
 pub fn blas_or_skip<T>(test: &str, r: Result<T, CudaError>) -> Option<T> {
     match r {
