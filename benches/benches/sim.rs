@@ -17,7 +17,9 @@ fn transformer_block(c: &mut Criterion) {
     let mut group = c.benchmark_group("sim");
     group.throughput(Throughput::Elements(flops));
     group.sample_size(20);
-    for (name, schedule) in [("transformer_block", Schedule::Submission), ("transformer_block_random", Schedule::Random { seed: 1 })] {
+    for (name, schedule) in
+        [("transformer_block", Schedule::Submission), ("transformer_block_random", Schedule::Random { seed: 1 })]
+    {
         let exec = SimExecutor::with_options(SimOptions { schedule, ..SimOptions::default() });
         let mut prepared = exec.prepare_sim(&plan, &weights).unwrap();
         group.bench_function(name, |b| b.iter(|| prepared.run(&inputs).unwrap()));

@@ -36,7 +36,7 @@ pub use check::{check, check_plans, compare, fill_tensors, CheckError, CheckOpti
 pub use kernel::CustomFn;
 pub use race::{RaceAccess, RaceReport};
 pub use schedule::Schedule;
-pub use timing::{simulate, OverheadMode, StepTiming, TimingError, TimingOptions, TimingReport};
+pub use timing::{simulate, LaunchMode, StepTiming, TimingError, TimingOptions, TimingReport};
 pub use trace::{chrome_trace, chrome_trace_json};
 
 use kernel::{backend, Memory, SCRATCH_REGIONS};

@@ -1,34 +1,28 @@
-//! The timing model (DESIGN.md section 5): an event-driven simulation of one replay of the plan's streams on a
-//! `DeviceProfile`.
+//! The timing model (DESIGN.md section 5) of a plan: its steps handed to the shared event-driven evaluator
+//! (`graph_plan::timing`, also used by the stream pass), and the result mapped back onto the steps.
 //!
-//! - A launch lasts its roofline time (`kernel.estimate.time_us`) plus a launch overhead (eager submission or
-//!   CUDA-graph replay) and occupies `kernel.estimate.occupancy` of the SMs for its whole duration.
-//! - Concurrent launches share the SMs: while the occupancies of the running launches sum to more than 1, each
-//!   progresses at rate `1 / sum` (processor sharing), so the device never does more than one device-second of
-//!   work per second.
-//! - A copy lasts `2 * bytes / bandwidth` plus the overhead and uses no SMs (copy engines).
-//! - Record takes no time; a Wait holds its stream until the Record it depends on (the latest one of its event
-//!   submitted before it) has been reached.
+//! - A launch lasts its roofline time (`kernel.estimate.time_us`) plus the launch overhead of the mode (eager
+//!   submission or CUDA-graph replay) and occupies `kernel.estimate.occupancy` of the SMs.
+//! - Concurrent launches share the SMs (processor sharing: while the occupancies of the running launches sum
+//!   to more than 1, each progresses at `1 / sum`).
+//! - A copy lasts `2 * bytes / bandwidth` plus the overhead; it occupies a single block slot (copy engines do
+//!   the work; the evaluator needs a positive share).
+//! - Record takes no time; a Wait holds its stream until the work recorded by the latest earlier Record of its
+//!   event has finished.
 //!
 //! Reported: makespan, the bound `max(critical path, sum of duration x occupancy)` (no schedule on the device
-//! does better, so `makespan >= bound` always), per-stream busy time, and the total launch overhead eager vs graph
-//! replay. O(steps x running launches).
+//! does better: `makespan >= bound` always), per-stream busy time, the total launch overhead eager vs graph
+//! replay, and per-step start and end times (for traces).
 
+use graph_plan::timing::{self as eval, SimStep};
 use graph_plan::{DeviceProfile, ExecutionPlan, KernelId, PlanStep, StepId, StreamId};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::schedule::{stream_count, wait_dependencies};
+use crate::schedule::stream_count;
 
-/// Which launch overhead applies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OverheadMode {
-    /// Eager submission (`launch_overhead_eager_us` per launch).
-    #[default]
-    Eager,
-    /// Replay of a captured CUDA graph (`launch_overhead_graph_us` per launch).
-    Graph,
-}
+/// Which launch overhead applies (the shared evaluator's mode).
+pub use graph_plan::timing::LaunchMode;
 
 /// What the timing model runs on.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,14 +30,14 @@ pub struct TimingOptions {
     /// The device (the plan's estimates should have been made for it).
     pub device: DeviceProfile,
     /// Launch overhead mode.
-    pub overhead: OverheadMode,
+    pub overhead: LaunchMode,
 }
 
 impl TimingOptions {
-    /// The device the plan was built for (by name; the default profile when unknown), eager overhead.
+    /// The device the plan was built for (by name; the default profile when unknown), graph replay.
     pub fn for_plan(plan: &ExecutionPlan) -> Self {
         let device = DeviceProfile::by_name(&plan.stats().device).unwrap_or_default();
-        TimingOptions { device, overhead: OverheadMode::Eager }
+        TimingOptions { device, overhead: LaunchMode::Graph }
     }
 }
 
@@ -62,7 +56,7 @@ pub struct StepTiming {
     pub end_us: f64,
     /// Duration alone on the device (roofline + overhead); 0 for records and waits.
     pub duration_us: f64,
-    /// Fraction of the SMs it occupies (0 for copies, records and waits).
+    /// Fraction of the SMs it occupies (0 for records and waits).
     pub occupancy: f64,
 }
 
@@ -72,7 +66,7 @@ pub struct TimingReport {
     /// Device profile name.
     pub device: String,
     /// Overhead mode of the simulation.
-    pub overhead: OverheadMode,
+    pub overhead: LaunchMode,
     /// Time at which the last step ends.
     pub makespan_us: f64,
     /// `max(critical_path_us, area_us)`.
@@ -81,7 +75,7 @@ pub struct TimingReport {
     pub critical_path_us: f64,
     /// Sum over launches of duration x occupancy.
     pub area_us: f64,
-    /// Per stream, the time it spends running launches and copies.
+    /// Per stream (indexed by stream), the time it spends running launches and copies.
     pub stream_busy_us: Vec<f64>,
     /// Launches and copies.
     pub launches: usize,
@@ -104,164 +98,89 @@ pub enum TimingError {
         /// The kernel.
         kernel: KernelId,
     },
-    /// No stream can make progress (cannot happen when every Wait follows its Record in submission order).
-    #[error("the streams deadlock at step {step} on {stream}")]
-    Deadlock {
-        /// A blocked step.
-        step: StepId,
-        /// Its stream.
-        stream: StreamId,
-    },
-}
-
-/// Duration (roofline + overhead) and occupancy of every step.
-fn costs(plan: &ExecutionPlan, opts: &TimingOptions) -> Result<Vec<(f64, f64)>, TimingError> {
-    let overhead = match opts.overhead {
-        OverheadMode::Eager => opts.device.launch_overhead_eager_us,
-        OverheadMode::Graph => opts.device.launch_overhead_graph_us,
-    };
-    plan.steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| match s {
-            PlanStep::Launch { kernel, .. } => {
-                let k = plan
-                    .kernel(*kernel)
-                    .ok_or(TimingError::UnknownKernel { step: StepId::from_index(i), kernel: *kernel })?;
-                let t = k.estimate.time_us.max(0.0);
-                Ok((t + overhead, k.estimate.occupancy.clamp(0.0, 1.0)))
-            }
-            PlanStep::Copy { bytes, .. } => {
-                let t = 2.0 * *bytes as f64 / opts.device.mem_bandwidth.max(1.0) * 1e6;
-                Ok((t + overhead, 0.0))
-            }
-            _ => Ok((0.0, 0.0)),
-        })
-        .collect()
+    /// The shared evaluator rejected the steps (a wait with no earlier record, a bad estimate).
+    #[error(transparent)]
+    Evaluator(#[from] eval::TimingError),
 }
 
 /// Simulate one replay of `plan`.
 pub fn simulate(plan: &ExecutionPlan, opts: &TimingOptions) -> Result<TimingReport, TimingError> {
     let n = plan.steps.len();
     let ns = stream_count(plan);
-    let deps = wait_dependencies(plan);
-    let cost = costs(plan, opts)?;
-
-    // Critical path: infinite SMs, one pass in submission order (every dependency is submitted earlier).
-    let mut ready = vec![0f64; ns];
-    let mut fin = vec![0f64; n];
+    let copy_occupancy = opts.device.occupancy(1);
+    let mut sim = Vec::with_capacity(n);
+    for (i, s) in plan.steps.iter().enumerate() {
+        sim.push(match s {
+            PlanStep::Launch { stream, kernel, .. } => {
+                let k = plan
+                    .kernel(*kernel)
+                    .ok_or(TimingError::UnknownKernel { step: StepId::from_index(i), kernel: *kernel })?;
+                SimStep::Work { stream: *stream, duration_us: k.estimate.time_us, occupancy: k.estimate.occupancy }
+            }
+            PlanStep::Copy { stream, bytes, .. } => SimStep::Work {
+                stream: *stream,
+                duration_us: 2.0 * *bytes as f64 / opts.device.mem_bandwidth.max(1.0) * 1e6,
+                occupancy: copy_occupancy,
+            },
+            PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
+            PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
+        });
+    }
+    let (tasks, step_of) = eval::tasks_from_steps(&sim)?;
+    let overhead = opts.overhead.overhead_us(&opts.device);
+    let tl = eval::simulate(&tasks, overhead)?;
+    // Map back: work steps take their task's times; a Record sits at the end of its stream's previous work; a
+    // Wait at the later of its stream's previous work and the end of the work its record captured.
+    let mut task_of_step = vec![None; n];
+    for (t, &i) in step_of.iter().enumerate() {
+        task_of_step[i] = Some(t);
+    }
+    let mut last_end = vec![0f64; ns];
+    let mut record_time: std::collections::HashMap<u32, f64> = std::collections::HashMap::new();
+    let mut steps = Vec::with_capacity(n);
+    let mut stream_busy_us = vec![0f64; ns];
     for (i, s) in plan.steps.iter().enumerate() {
         let st = s.stream().index();
-        let mut start = ready[st];
-        if let Some(r) = deps[i] {
-            start = start.max(fin[r]);
-        }
-        fin[i] = start + cost[i].0;
-        ready[st] = fin[i];
-    }
-    let critical_path_us = fin.iter().copied().fold(0f64, f64::max);
-    let area_us: f64 = cost.iter().map(|&(d, o)| d * o).sum();
-
-    // Event-driven processor sharing.
-    let mut queues: Vec<Vec<usize>> = vec![Vec::new(); ns];
-    for (i, s) in plan.steps.iter().enumerate() {
-        queues[s.stream().index()].push(i);
-    }
-    let mut head = vec![0usize; ns];
-    let mut busy: Vec<Option<usize>> = vec![None; ns];
-    let mut reached = vec![false; n];
-    let mut start = vec![0f64; n];
-    let mut end = vec![0f64; n];
-    let mut remaining = vec![0f64; n];
-    let mut running: Vec<usize> = Vec::new();
-    let mut now = 0f64;
-    let mut finished = 0usize;
-    loop {
-        // Let idle streams take their zero-time steps and start their next launch.
-        let mut progress = true;
-        while progress {
-            progress = false;
-            for s in 0..ns {
-                while busy[s].is_none() {
-                    let Some(&i) = queues[s].get(head[s]) else { break };
-                    match &plan.steps[i] {
-                        PlanStep::Wait { .. } if deps[i].is_some_and(|r| !reached[r]) => break,
-                        PlanStep::Record { .. } | PlanStep::Wait { .. } => {
-                            start[i] = now;
-                            end[i] = now;
-                            reached[i] = true;
-                            finished += 1;
-                        }
-                        _ => {
-                            start[i] = now;
-                            remaining[i] = cost[i].0;
-                            busy[s] = Some(i);
-                            running.push(i);
-                        }
-                    }
-                    head[s] += 1;
-                    progress = true;
-                }
+        let (start, end, dur, occ, kernel) = match (s, task_of_step[i]) {
+            (PlanStep::Record { event, .. }, _) => {
+                record_time.insert(event.0, last_end[st]);
+                (last_end[st], last_end[st], 0.0, 0.0, None)
             }
-        }
-        if running.is_empty() {
-            if finished == n {
-                break;
+            (PlanStep::Wait { event, .. }, _) => {
+                let t = last_end[st].max(record_time.get(&event.0).copied().unwrap_or(0.0));
+                (t, t, 0.0, 0.0, None)
             }
-            let s = (0..ns).find(|&s| head[s] < queues[s].len()).unwrap_or(0);
-            let step = queues[s].get(head[s]).copied().unwrap_or(0);
-            return Err(TimingError::Deadlock { step: StepId::from_index(step), stream: StreamId::from_index(s) });
-        }
-        let load: f64 = running.iter().map(|&i| cost[i].1).sum();
-        let rate = if load > 1.0 { 1.0 / load } else { 1.0 };
-        let dt = running.iter().map(|&i| remaining[i] / rate).fold(f64::INFINITY, f64::min);
-        now += dt;
-        let mut still = Vec::with_capacity(running.len());
-        for &i in &running {
-            remaining[i] -= dt * rate;
-            // Relative slack for the float error of repeated subtraction.
-            if remaining[i] <= 1e-9 * cost[i].0.max(1e-9) {
-                end[i] = now;
-                reached[i] = true;
-                finished += 1;
-                busy[plan.steps[i].stream().index()] = None;
-            } else {
-                still.push(i);
+            (_, Some(t)) => {
+                let task = &tasks[t];
+                let (a, b) = (tl.start_us[t], tl.end_us[t]);
+                last_end[st] = b;
+                stream_busy_us[st] += b - a;
+                let kernel = match s {
+                    PlanStep::Launch { kernel, .. } => Some(*kernel),
+                    _ => None,
+                };
+                (a, b, task.duration_us + overhead, task.occupancy, kernel)
             }
-        }
-        running = still;
-    }
-
-    let mut stream_busy_us = vec![0f64; ns];
-    let mut launches = 0usize;
-    let mut steps = Vec::with_capacity(n);
-    for (i, s) in plan.steps.iter().enumerate() {
-        let kernel = match s {
-            PlanStep::Launch { kernel, .. } => Some(*kernel),
-            _ => None,
+            (_, None) => (last_end[st], last_end[st], 0.0, 0.0, None),
         };
-        if s.is_compute() {
-            launches += 1;
-            stream_busy_us[s.stream().index()] += end[i] - start[i];
-        }
         steps.push(StepTiming {
             step: StepId::from_index(i),
             stream: s.stream(),
             kernel,
-            start_us: start[i],
-            end_us: end[i],
-            duration_us: cost[i].0,
-            occupancy: cost[i].1,
+            start_us: start,
+            end_us: end,
+            duration_us: dur,
+            occupancy: occ,
         });
     }
-    let makespan_us = end.iter().copied().fold(0f64, f64::max);
+    let launches = tasks.len();
     Ok(TimingReport {
         device: opts.device.name.clone(),
         overhead: opts.overhead,
-        makespan_us,
-        bound_us: critical_path_us.max(area_us),
-        critical_path_us,
-        area_us,
+        makespan_us: tl.makespan_us,
+        bound_us: tl.bound.bound_us,
+        critical_path_us: tl.bound.critical_path_us,
+        area_us: tl.bound.area_us,
         stream_busy_us,
         launches,
         launch_overhead_eager_us: launches as f64 * opts.device.launch_overhead_eager_us,

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use exec_sim::{
-    check, check_plans, chrome_trace, run_plan, simulate, CheckOptions, OverheadMode, Schedule, SimError, SimExecutor,
+    check, check_plans, chrome_trace, run_plan, simulate, CheckOptions, LaunchMode, Schedule, SimError, SimExecutor,
     SimOptions, TimingOptions,
 };
 use graph_plan::exec::fill_missing;
@@ -272,7 +272,7 @@ fn timing_exact_makespan_of_two_concurrent_launches_sharing_sms() {
     assert_eq!(plan.num_streams, 2);
     set_estimate(&mut plan, "a", 10.0, 0.6);
     set_estimate(&mut plan, "b", 10.0, 0.6);
-    let opts = TimingOptions { device: device(0.0, 0.0), overhead: OverheadMode::Eager };
+    let opts = TimingOptions { device: device(0.0, 0.0), overhead: LaunchMode::Eager };
     let t = simulate(&plan, &opts).unwrap();
     // Occupancy 1.2 > 1: both progress at 1/1.2 and end together at 12 us.
     assert!((t.makespan_us - 12.0).abs() < 1e-9, "{}", t.makespan_us);
@@ -283,7 +283,7 @@ fn timing_exact_makespan_of_two_concurrent_launches_sharing_sms() {
     let t = simulate(&plan, &opts).unwrap();
     assert!((t.makespan_us - 10.0).abs() < 1e-9, "{}", t.makespan_us);
     // Eager overhead adds 4 us to each launch; graph replay 1 us.
-    let t = simulate(&plan, &TimingOptions { device: device(4.0, 1.0), overhead: OverheadMode::Eager }).unwrap();
+    let t = simulate(&plan, &TimingOptions { device: device(4.0, 1.0), overhead: LaunchMode::Eager }).unwrap();
     assert!((t.makespan_us - 14.0).abs() < 1e-9, "{}", t.makespan_us);
     assert_eq!((t.launch_overhead_eager_us, t.launch_overhead_graph_us), (8.0, 2.0));
 }
@@ -303,7 +303,7 @@ fn timing_exact_makespan_with_a_cross_stream_wait() {
     set_estimate(&mut plan, "a", 10.0, 1.0);
     set_estimate(&mut plan, "b", 4.0, 0.25);
     set_estimate(&mut plan, "c", 5.0, 1.0);
-    let t = simulate(&plan, &TimingOptions { device: device(9.0, 1.0), overhead: OverheadMode::Graph }).unwrap();
+    let t = simulate(&plan, &TimingOptions { device: device(9.0, 1.0), overhead: LaunchMode::Graph }).unwrap();
     // With 1 us overhead: a 11, b 5, c 6. a + b load 1.25 -> rate 0.8: b ends at 6.25 (a has done 5 of 11),
     // a ends at 6.25 + 6 = 12.25, c runs 12.25 .. 18.25. Bound: area 11 + 1.25 + 6 = 18.25 (path 17).
     assert!((t.makespan_us - 18.25).abs() < 1e-9, "{}", t.makespan_us);
@@ -392,7 +392,7 @@ proptest! {
         prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
         let t = simulate(&plan, &TimingOptions::for_plan(&plan)).unwrap();
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12), "{} < {}", t.makespan_us, t.bound_us);
-        let t = simulate(&plan, &TimingOptions { overhead: OverheadMode::Graph, ..TimingOptions::for_plan(&plan) }).unwrap();
+        let t = simulate(&plan, &TimingOptions { overhead: LaunchMode::Graph, ..TimingOptions::for_plan(&plan) }).unwrap();
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12));
     }
 
