@@ -8,7 +8,9 @@
 
 use graph_plan::exec::fill_missing;
 use graph_plan::ir::ComputeGraph;
-use graph_plan::{verify, BindingRole, DType, ExecutionPlan, GraphError, PlanOptions, Shape, TensorMap, Violation};
+use graph_plan::{
+    verify, BindingRole, DType, ExecutionPlan, GraphError, HostTensor, Op, PlanOptions, Shape, TensorMap, Violation,
+};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -52,6 +54,9 @@ pub struct OutputComparison {
     pub bitwise_equal: bool,
     /// Within tolerance (exact for integers and bools).
     pub passed: bool,
+    /// NaN or infinite elements of the reference output (a model fed values outside its domain, or a bug:
+    /// such elements compare equal to themselves and would otherwise pass unnoticed).
+    pub reference_non_finite: usize,
 }
 
 /// The result of a check.
@@ -103,12 +108,54 @@ pub enum CheckError {
     Outputs(String),
 }
 
-/// Fill the inputs and weights `plan` needs that the maps lack with seeded values (BatchNormalization variances
-/// positive), so that models without weight files run.
+/// Fill the inputs and weights `plan` needs that the maps lack with seeded values, so that models without
+/// weight files run: BatchNormalization variances positive, and f32 weights read as the second operand of
+/// Conv, MatMul or Gemm scaled by `sqrt(6 / fan_in)` (He initialisation), so that deep models whose
+/// normalisation was folded away (ResNet-50 as exported) keep finite activations.
 pub fn fill_tensors(plan: &ExecutionPlan, inputs: &mut TensorMap, weights: &mut TensorMap, seed: u64) {
     let pos = positive_tensors(plan);
     fill_missing(plan, inputs, BindingRole::Input, seed, &pos);
+    let supplied: Vec<String> = weights.keys().cloned().collect();
     fill_missing(plan, weights, BindingRole::Weight, seed, &pos);
+    for (name, fan_in) in fan_ins(plan) {
+        if supplied.contains(&name) || fan_in == 0 {
+            continue;
+        }
+        if let Some(t) = weights.get_mut(&name) {
+            if let Some(v) = t.to_f32() {
+                let k = (6.0 / fan_in as f64).sqrt() as f32;
+                *t = HostTensor::from_f32(t.shape.clone(), &v.iter().map(|x| x * k).collect::<Vec<_>>());
+            }
+        }
+    }
+}
+
+/// Tensors read as the weight operand of Conv, MatMul or Gemm, with their fan-in.
+fn fan_ins(plan: &ExecutionPlan) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for k in plan.kernels() {
+        for ins in &k.body {
+            let Some(w) = ins.inputs.get(1).and_then(|&v| k.values.get(v.index())) else { continue };
+            let d = w.shape.dims();
+            let fan_in = match &ins.op {
+                Op::Conv(_) => d.iter().skip(1).product(),
+                Op::Gemm { trans_b, .. } if d.len() == 2 => {
+                    if *trans_b {
+                        d[1]
+                    } else {
+                        d[0]
+                    }
+                }
+                Op::MatMul if d.len() >= 2 => d[d.len() - 2],
+                Op::MatMul if d.len() == 1 => d[0],
+                _ => continue,
+            };
+            out.push((w.name.clone(), fan_in));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Build the reference plan and one with `optimised` options, verify both, run both and compare.
@@ -185,6 +232,7 @@ pub fn compare(
     let mut max_abs = 0f64;
     let mut mag = 0f64;
     let mut differing = 0usize;
+    let reference_non_finite = w.iter().filter(|a| !a.is_finite()).count();
     for (&a, &b) in w.iter().zip(&g) {
         if a.is_finite() {
             mag = mag.max(a.abs());
@@ -207,5 +255,6 @@ pub fn compare(
         differing,
         bitwise_equal: want.data == got.data,
         passed,
+        reference_non_finite,
     }
 }

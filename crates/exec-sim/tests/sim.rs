@@ -390,6 +390,7 @@ proptest! {
         let r = check(&g, &opts, &TensorMap::new(), &TensorMap::new(),
             &CheckOptions { schedule: Schedule::Random { seed: sseed }, ..CheckOptions::default() }).unwrap();
         prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
+        prop_assert!(r.outputs.iter().all(|o| o.reference_non_finite == 0), "{:?}", r);
         let t = simulate(&plan, &TimingOptions::for_plan(&plan)).unwrap();
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12), "{} < {}", t.makespan_us, t.bound_us);
         let t = simulate(&plan, &TimingOptions { overhead: LaunchMode::Graph, ..TimingOptions::for_plan(&plan) }).unwrap();
