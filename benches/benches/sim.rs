@@ -24,9 +24,9 @@ fn transformer_block(c: &mut Criterion) {
         let mut prepared = exec.prepare_sim(&plan, &weights).unwrap();
         group.bench_function(name, |b| b.iter(|| prepared.run(&inputs).unwrap()));
     }
-    let opts = TimingOptions::for_plan(&plan);
-    group.bench_function("timing_model_transformer_block", |b| b.iter(|| simulate(&plan, &opts).unwrap()));
     group.finish();
+    let opts = TimingOptions::for_plan(&plan);
+    c.bench_function("sim/timing_model_transformer_block", |b| b.iter(|| simulate(&plan, &opts).unwrap()));
 }
 
 criterion_group!(benches, transformer_block);

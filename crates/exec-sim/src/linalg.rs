@@ -284,7 +284,7 @@ pub(crate) fn conv(x: &Val, wt: &Val, bias: Option<&Val>, win: &Window, group: u
             let colref: &[f32] = if direct {
                 xg
             } else {
-                cols.par_chunks_mut(p).enumerate().for_each(|(row, dst)| {
+                cols.par_chunks_mut(p.max(1)).enumerate().for_each(|(row, dst)| {
                     let (ci, t) = (row / ks, row % ks);
                     let src = &xg[ci * isz..(ci + 1) * isz];
                     for (d, off) in dst.iter_mut().zip(&table[t]) {
