@@ -415,3 +415,26 @@ proptest! {
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12));
     }
 }
+
+#[test]
+fn memcpy_nodes_run_as_copy_steps() {
+    let mut g = ComputeGraph::new("copy");
+    let x = g.add_input("x", DType::F32, [4]).unwrap();
+    let r = g.add_node("r", Op::Relu, &[x]).unwrap()[0];
+    let h = g.add_node("to_host", Op::Memcpy { to: graph_plan::ir::op::MemSpace::Host }, &[r]).unwrap()[0];
+    let y = g.add_node("y", Op::Neg, &[h]).unwrap()[0];
+    g.mark_output(y).unwrap();
+    for streams in [1, 2] {
+        let plan = build(&g, &PlanOptions::with_streams(streams));
+        assert!(
+            plan.steps.iter().any(|s| matches!(s, PlanStep::Copy { node: Some(n), .. } if n == "to_host")),
+            "{plan}"
+        );
+        let mut inputs = TensorMap::new();
+        inputs.insert("x".into(), HostTensor::from_f32([4], &[-1.0, 2.0, -3.0, 4.0]));
+        let out = run_plan(&SimExecutor::new(), &plan, &TensorMap::new(), &inputs).unwrap();
+        assert_eq!(out["y"].to_f32().unwrap(), vec![0.0, -2.0, 0.0, -4.0]);
+        let t = simulate(&plan, &TimingOptions::for_plan(&plan)).unwrap();
+        assert_eq!(t.launches, 3);
+    }
+}
