@@ -6,10 +6,10 @@
 //! different runs (and from criterion and the xtask report) describe the same inputs.
 
 use anyhow::{bail, Context, Result};
+use exec_sim::{TimingOptions, TimingReport};
 use graph_ir::{synth, ComputeGraph};
 use graph_passes::memory::pack::Buffer;
-use graph_plan::timing::{self, LaunchMode, SimStep, Timeline};
-use graph_plan::{DeviceProfile, ExecutionPlan, PlanStep};
+use graph_plan::ExecutionPlan;
 use std::path::{Path, PathBuf};
 
 /// A synthetic graph family of `graph_ir::synth`, with the fixed parameters the benchmarks use.
@@ -167,34 +167,10 @@ pub fn minimalloc_instances() -> Result<Vec<MinimallocInstance>> {
     Ok(out)
 }
 
-/// The plan's steps as the timing evaluator sees them: launches take their kernel's modelled time and
-/// occupancy; copies move `bytes` twice over DRAM (read and write) on the smallest device share (a copy engine
-/// barely occupies SMs).
-pub fn sim_steps(plan: &ExecutionPlan, device: &DeviceProfile) -> Vec<SimStep> {
-    let min_share = device.occupancy(1);
-    plan.steps
-        .iter()
-        .map(|s| match s {
-            PlanStep::Launch { stream, kernel, .. } => {
-                let est = plan.kernel(*kernel).map(|k| k.estimate).unwrap_or_default();
-                let occupancy = if est.occupancy > 0.0 { est.occupancy.min(1.0) } else { min_share };
-                SimStep::Work { stream: *stream, duration_us: est.time_us.max(0.0), occupancy }
-            }
-            PlanStep::Copy { stream, bytes, .. } => SimStep::Work {
-                stream: *stream,
-                duration_us: 2.0 * *bytes as f64 / device.mem_bandwidth * 1e6,
-                occupancy: min_share,
-            },
-            PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
-            PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
-        })
-        .collect()
-}
-
-/// Modelled replay of `plan` on `device` (CUDA-graph launch overhead): makespan and its lower bound.
-pub fn plan_timeline(plan: &ExecutionPlan, device: &DeviceProfile) -> Result<Timeline> {
-    let (tasks, _) = timing::tasks_from_steps(&sim_steps(plan, device)).context("plan steps to timing tasks")?;
-    timing::simulate_on(&tasks, device, LaunchMode::Graph).context("simulating the plan")
+/// Modelled replay of `plan`: exec-sim's timing model (DESIGN.md section 5) on the plan's device profile
+/// with CUDA-graph launch overhead.
+pub fn plan_timing(plan: &ExecutionPlan) -> Result<TimingReport> {
+    exec_sim::simulate(plan, &TimingOptions::for_plan(plan)).context("timing model of the plan")
 }
 
 #[cfg(test)]
@@ -229,12 +205,11 @@ mod tests {
     }
 
     #[test]
-    fn timeline_of_a_plan_is_at_or_above_its_bound() {
+    fn modelled_makespan_of_a_plan_is_at_or_above_its_bound() {
         let g = Family::Transformer.build(300).unwrap();
         let plan = ExecutionPlan::build(&g, 4).unwrap();
-        let t = plan_timeline(&plan, &DeviceProfile::h200()).unwrap();
+        let t = plan_timing(&plan).unwrap();
         assert!(t.makespan_us > 0.0);
-        assert!(t.makespan_us + 1e-9 >= t.bound.bound_us);
-        assert_eq!(t.start_us.len(), plan.compute_steps());
+        assert!(t.makespan_us + 1e-9 >= t.bound_us);
     }
 }

@@ -5,10 +5,10 @@
 use super::clock::{by_pass, Elapsed, PassTimes, Stopwatch};
 use super::stats::median;
 use anyhow::{Context, Result};
-use cuplan_benches::{plan_timeline, Family, MinimallocInstance};
+use cuplan_benches::{plan_timing, Family, MinimallocInstance};
 use graph_ir::ComputeGraph;
 use graph_passes::memory::pack::{self, Buffer, PackOptions};
-use graph_plan::{DeviceProfile, ExecutionPlan, Pass, PlanOptions};
+use graph_plan::{ExecutionPlan, Pass, PlanOptions};
 use serde::Serialize;
 
 /// How many times to repeat a measurement: at least `min_reps`, at most `max_reps`, and no more than fit in
@@ -157,17 +157,16 @@ pub struct PlanRow {
     pub violations: usize,
 }
 
-/// Makespan and bound of a plan: the plan's own figures where it carries them, else the shared timing
-/// evaluator on its steps.
-pub fn makespan(plan: &ExecutionPlan, device: &DeviceProfile) -> Result<(f64, f64)> {
-    let t = plan_timeline(plan, device)?;
-    Ok((t.makespan_us, t.bound.bound_us))
+/// Makespan and bound of a plan (exec-sim's timing model).
+pub fn makespan(plan: &ExecutionPlan) -> Result<(f64, f64)> {
+    let t = plan_timing(plan)?;
+    Ok((t.makespan_us, t.bound_us))
 }
 
 fn stream_point(graph: &ComputeGraph, max_streams: usize) -> Result<StreamPoint> {
     let opts = PlanOptions::with_streams(max_streams);
     let plan = ExecutionPlan::build_with(graph, &opts).with_context(|| format!("{max_streams} streams"))?;
-    let (makespan_us, bound_us) = makespan(&plan, &opts.device)?;
+    let (makespan_us, bound_us) = makespan(&plan)?;
     Ok(StreamPoint { max_streams, streams: plan.num_streams, events: plan.event_count, makespan_us, bound_us })
 }
 
@@ -185,7 +184,7 @@ pub fn plan_row(
     let mut passes = Vec::new();
     let (times, plan) = sampler.run(|| build_recorded(graph, &opts, clock, &mut passes))?;
     let (compile_ms, compile_wall_ms) = medians(&times);
-    let (makespan_us, makespan_bound_us) = makespan(&plan, &opts.device)?;
+    let (makespan_us, makespan_bound_us) = makespan(&plan)?;
     let violations = graph_plan::verify(&plan).err().map_or(0, |v| v.len());
     let by_streams = sweep.iter().map(|&s| stream_point(graph, s)).collect::<Result<Vec<_>>>()?;
     let stats = plan.stats();
