@@ -811,6 +811,7 @@ mod tests {
             makespan_us: 150.0,
             makespan_bound_us: 120.0,
             compile_ms: 3.456,
+            compile_wall_ms: 4.0,
             compile_reps: 5,
             pass_ms: vec![],
             import_ms: Some(1.0),
@@ -846,6 +847,7 @@ mod tests {
             nodes,
             streams: 4,
             build_ms,
+            build_wall_ms: build_ms,
             build_samples_ms: vec![build_ms],
             pass_ms: vec![("topo".into(), build_ms / 10.0), ("memory".into(), memory_ms)],
             verify_ms: build_ms / 5.0,
@@ -880,7 +882,7 @@ mod tests {
         r.models_missing = vec!["bert_base".into()];
         let md = markdown(&r);
         assert!(md.contains("| transformer 100k nodes, full build, 4 streams"), "{md}");
-        assert!(md.contains("600 ms (100,000 nodes)"), "{md}");
+        assert!(md.contains("600 ms (wall 600; 100,000 nodes)"), "{md}");
         assert!(md.contains("**MISSED**"), "{md}");
         assert!(md.contains("Not found (skipped): bert_base"), "{md}");
         assert!(md.contains("- (full run only; the fit predicts"), "{md}");
