@@ -1,14 +1,14 @@
 //! Check 1, coverage: every non-view node runs in exactly one launched kernel or one copy; each kernel is
 //! launched at most once and exists; a launch's `reads`/`writes` are the sets of its kernel's Read/Write param
 //! buffers. One pass over the steps and the launched kernels' bodies and params: O(steps + instrs + params)
-//! expected (a hash lookup per instruction), plus a sort of each launch's few ranges.
+//! expected (a string comparison, or a hash lookup, per instruction).
 
-use std::collections::HashMap;
+use std::cell::OnceCell;
 
 use crate::ids::{KernelId, StepId};
 use crate::plan::{Access, BufferRef, PlanStep};
 
-use super::index::{Index, NONE};
+use super::index::{FastMap, Index, NONE};
 use super::violation::Violation;
 
 /// A node's runs: its first step, and how many steps run it.
@@ -20,19 +20,37 @@ struct Runs {
 
 pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let plan = ix.plan;
-    // Name -> (node index, is a view). Names are unique in a valid graph; on duplicates the last one wins,
-    // and the first goes unreported as "not run" only if no step names it.
-    let mut node_of: HashMap<&str, (u32, bool)> = HashMap::with_capacity(plan.nodes().len());
-    for (i, n) in plan.nodes().iter().enumerate() {
-        node_of.insert(n.name.as_str(), (i as u32, n.view));
-    }
+    // Name -> (node index, is a view), built on first need: launches usually run the nodes in the plan's own
+    // order (a plan lists nodes topologically and launches follow a topological order), so a cursor over the
+    // nodes answers most lookups with one string comparison. Names are unique in a valid graph; on duplicates
+    // the table's last one wins.
+    let nodes = plan.nodes();
+    let table: OnceCell<FastMap<&str, (u32, bool)>> = OnceCell::new();
+    let mut cursor = 0usize;
+    let mut lookup = |name: &str| -> Option<(u32, bool)> {
+        while nodes.get(cursor).is_some_and(|n| n.view) {
+            cursor += 1;
+        }
+        if nodes.get(cursor).is_some_and(|n| n.name == name) {
+            cursor += 1;
+            return Some(((cursor - 1) as u32, false));
+        }
+        let table = table.get_or_init(|| {
+            let mut t = FastMap::with_capacity_and_hasher(nodes.len(), Default::default());
+            for (i, n) in nodes.iter().enumerate() {
+                t.insert(n.name.as_str(), (i as u32, n.view));
+            }
+            t
+        });
+        table.get(name).copied()
+    };
     let mut runs = vec![Runs { first: NONE, count: 0 }; plan.nodes().len()];
     // Steps of nodes run more than once, beyond the first: (node, step).
     let mut again: Vec<(u32, u32)> = Vec::new();
-    let mut run = |name: &str, step: u32, copy: bool, out: &mut Vec<Violation>| match node_of.get(name) {
+    let mut run = |name: &str, step: u32, copy: bool, out: &mut Vec<Violation>| match lookup(name) {
         // Views have no kernel; a fused body may still list them (they only rename), a copy may not.
-        Some(&(_, true)) if !copy => {}
-        Some(&(n, false)) => {
+        Some((_, true)) if !copy => {}
+        Some((n, false)) => {
             let r = &mut runs[n as usize];
             if r.count == 0 {
                 r.first = step;
@@ -110,6 +128,14 @@ fn params_agree(
     have: &mut Vec<BufferRef>,
     out: &mut Vec<Violation>,
 ) {
+    // A kernel binds a handful of buffers: mutual inclusion, quadratic in that handful, beats sorting.
+    if want.len() <= 8
+        && list.len() <= 8
+        && want.iter().all(|b| list.contains(b))
+        && list.iter().all(|b| want.contains(b))
+    {
+        return;
+    }
     want.sort_unstable();
     want.dedup();
     have.clear();

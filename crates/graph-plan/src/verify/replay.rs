@@ -21,7 +21,7 @@ use crate::ids::{EventId, KernelId, StepId};
 use crate::plan::{Access, BufferRef, ExecutionPlan, PlanStep};
 
 use super::index::{Index, NONE};
-use super::shadow::{Acc, Expect, Hit, Shadow};
+use super::shadow::{Acc, Expect, Hit, Seen, Shadow};
 use super::violation::Violation;
 
 /// Most distinct streams the checker handles: clock rows and snapshots cost O(streams) each. Plans have at
@@ -69,8 +69,8 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let mut seq = vec![0u32; steps.len()];
     let mut shadow = Shadow::new();
     let mut hits: Vec<Hit> = Vec::new();
-    // Per Read param of the current launch: its root and the root's writer kernels.
-    let mut roots: Vec<(&str, Option<&[KernelId]>)> = Vec::new();
+    // Roots of the current launch's Read params already checked.
+    let mut done: Vec<&str> = Vec::new();
 
     for (i, step) in steps.iter().enumerate() {
         let iu = i as u32;
@@ -118,53 +118,58 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
             }
             PlanStep::Launch { kernel, reads, writes, .. } => {
                 let me = Acc { step: iu, seq: seq[i], stream: s as u32, kernel: kernel.0 };
-                roots.clear();
-                if let Some(k) = plan.kernel(*kernel) {
-                    for p in k.params.iter().filter(|p| p.access == Access::Read) {
-                        if roots.iter().any(|(r, _)| *r == p.root) {
+                let params = plan.kernel(*kernel).map(|k| k.params.as_slice()).unwrap_or(&[]);
+                let ordered = |a: &Acc| clocks.hb(a.stream, a.seq, s);
+                // Writer kernels must happen before this launch.
+                let depend = |root: &str, ws: &[KernelId], out: &mut Vec<Violation>| {
+                    for &wk in ws {
+                        let a = ix.first_launch.get(wk.index()).copied().unwrap_or(NONE);
+                        if wk != *kernel && a != NONE && !before(a, &clocks, &seq) {
+                            out.push(Violation::Dependency {
+                                tensor: root.to_string(),
+                                writer: ix.step_ref(a),
+                                reader: ix.step_ref(iu),
+                            });
+                        }
+                    }
+                };
+                done.clear();
+                for b in reads {
+                    let seen = shadow.read(*b, me, ordered, &mut hits);
+                    report(ix, iu, *b, Access::Read, None, &mut hits, out);
+                    for p in params.iter().filter(|p| p.access == Access::Read && p.buffer == *b) {
+                        if done.contains(&p.root.as_str()) {
                             continue;
                         }
-                        let ws = ix.writers.get(p.root.as_str()).map(|v| v.as_slice());
-                        roots.push((p.root.as_str(), ws));
-                        for &wk in ws.unwrap_or(&[]) {
-                            let a = ix.first_launch[wk.index()];
-                            if wk != *kernel && a != NONE && !before(a, &clocks, &seq) {
-                                out.push(Violation::Dependency {
-                                    tensor: p.root.clone(),
-                                    writer: ix.step_ref(a),
-                                    reader: ix.step_ref(iu),
-                                });
+                        done.push(p.root.as_str());
+                        // Fast path: the launch that last wrote these bytes writes this root by name (or nothing
+                        // or a copy wrote them, and the root is a source). Else look the writers up by name.
+                        match seen {
+                            Seen::One(Some(w)) if w.kernel != NONE && writes_root(ix, w.kernel, &p.root) => {
+                                depend(&p.root, &[KernelId(w.kernel)], out);
+                            }
+                            Seen::One(w) if w.is_none_or(|w| w.kernel == NONE) && ix.is_source(&p.root) => {}
+                            _ => {
+                                let ws = ix.writers(&p.root);
+                                depend(&p.root, ws.unwrap_or(&[]), out);
+                                shadow.probe(*b, expectation(ws, iu, ix), &mut hits);
+                                report(ix, iu, *b, Access::Read, Some((p.root.as_str(), ws)), &mut hits, out);
                             }
                         }
                     }
-                    let lo = orders.partition_point(|o| o.0 < *kernel);
-                    for &(_, from) in orders[lo..].iter().take_while(|o| o.0 == *kernel) {
-                        let a = ix.first_launch.get(from.index()).copied().unwrap_or(NONE);
-                        if from != *kernel && a != NONE && !before(a, &clocks, &seq) {
-                            out.push(Violation::ReuseOrder { from: ix.step_ref(a), to: ix.step_ref(iu) });
-                        }
+                }
+                // Read params at ranges the step does not list (coverage reports that): dependencies by name.
+                for p in params.iter().filter(|p| p.access == Access::Read) {
+                    if !done.contains(&p.root.as_str()) {
+                        done.push(p.root.as_str());
+                        depend(&p.root, ix.writers(&p.root).unwrap_or(&[]), out);
                     }
                 }
-                let ordered = |a: &Acc| clocks.hb(a.stream, a.seq, s);
-                for b in reads {
-                    // The roots bound at this range; the first rides on the recorded read, others probe.
-                    let mut first = true;
-                    let params = plan.kernel(*kernel).map(|k| k.params.as_slice()).unwrap_or(&[]);
-                    for p in params.iter().filter(|p| p.access == Access::Read && p.buffer == *b) {
-                        let ws = roots.iter().find(|(r, _)| *r == p.root).and_then(|(_, ws)| *ws);
-                        let expect = expectation(ws, iu, ix);
-                        if first {
-                            shadow.read(*b, me, expect, ordered, &mut hits);
-                            first = false;
-                        } else {
-                            shadow.probe(*b, expect, &mut hits);
-                        }
-                        report(ix, iu, *b, Access::Read, Some((p.root.as_str(), ws)), &mut hits, out);
-                    }
-                    if first {
-                        // A range no param binds (reported by coverage): still an access.
-                        shadow.read(*b, me, Expect::Any, ordered, &mut hits);
-                        report(ix, iu, *b, Access::Read, None, &mut hits, out);
+                let lo = orders.partition_point(|o| o.0 < *kernel);
+                for &(_, from) in orders[lo..].iter().take_while(|o| o.0 == *kernel) {
+                    let a = ix.first_launch.get(from.index()).copied().unwrap_or(NONE);
+                    if from != *kernel && a != NONE && !before(a, &clocks, &seq) {
+                        out.push(Violation::ReuseOrder { from: ix.step_ref(a), to: ix.step_ref(iu) });
                     }
                 }
                 for b in writes {
@@ -175,7 +180,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
             PlanStep::Copy { src, dst, .. } => {
                 let me = Acc { step: iu, seq: seq[i], stream: s as u32, kernel: NONE };
                 let ordered = |a: &Acc| clocks.hb(a.stream, a.seq, s);
-                shadow.read(*src, me, Expect::Any, ordered, &mut hits);
+                shadow.read(*src, me, ordered, &mut hits);
                 report(ix, iu, *src, Access::Read, None, &mut hits, out);
                 shadow.write(*dst, me, ordered, &mut hits);
                 report(ix, iu, *dst, Access::Write, None, &mut hits, out);
@@ -207,6 +212,14 @@ fn reuse_edges(plan: &ExecutionPlan, out: &mut Vec<Violation>) -> Vec<(KernelId,
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// Does kernel `k` have a Write param of alias root `root`?
+fn writes_root(ix: &Index<'_>, k: u32, root: &str) -> bool {
+    ix.plan
+        .kernels()
+        .get(k as usize)
+        .is_some_and(|k| k.params.iter().any(|p| p.access == Access::Write && p.root == root))
 }
 
 /// What must have last written a range read as a tensor with writer kernels `ws`, by step `i`.
