@@ -19,9 +19,10 @@
 //! 5. counters (`counters.rs`): `kernel_count_original`, `kernel_count_fused`, `event_count`, `pool_bytes`
 //!    and `num_streams` agree with the nodes, steps and regions; every step's stream is below `num_streams`.
 //!
-//! Complexity: O(S (W + log S)) time for S steps and W streams (plus the kernels' instructions and params),
-//! O(S + E W) space for E events; a million-step plan verifies in well under a second (the `verify` bench).
-//! Step, stream and event numbers are `u32`, as their ids are.
+//! Complexity: O(S (W + log S)) time for S steps and W streams, plus the kernels' instructions and params;
+//! O(S + N + E W) space for N shadow-memory segments and E events in flight. A million-step plan takes about
+//! a second of CPU (the `verify` bench in `benches/`). Step, stream and event numbers are `u32`, as their ids
+//! are.
 
 mod bounds;
 mod counters;

@@ -11,11 +11,17 @@
 //!   every reuse edge into it, must happen before it; a wait must follow a record of its event; an event is
 //!   recorded once.
 //! - memory: each launch's `reads` then `writes` (a copy's `src` then `dst`) go through the shadow memory
-//!   (`shadow.rs`), which reports unordered conflicting accesses and reads whose bytes were last written by
-//!   someone other than their tensor's writer.
+//!   (`shadow.rs`), which reports unordered conflicting accesses and says who last wrote the bytes read.
 //!
-//! Cost: O(W) per wait and per record for W streams, O(log n) per range end plus the segments visited in
-//! the shadow memory, a hash lookup per Read param: O(steps * (W + log steps)) in all.
+//! A Read param's writer is found by name without a table in the usual case: if the launch that last wrote
+//! the bytes has a Write param of the same root, that launch is the writer (checked for happens-before) and
+//! the read sees its tensor; if nothing or a copy wrote them and the root is an input, weight or constant, the
+//! read sees its source. Otherwise the writers are looked up in the root table (built on first need) and the
+//! bytes are checked against them: a read that sees someone else's bytes is `Clobbered`. (A root with
+//! several writer kernels, which no valid plan has, is checked against the one whose bytes the read sees.)
+//!
+//! Cost: O(W) per wait and per record for W streams, O(log n) per range end plus the segments visited in the
+//! shadow memory of n segments, a string comparison per Read param: O(steps * (W + log steps)) in all.
 
 use crate::ids::{EventId, KernelId, StepId};
 use crate::plan::{Access, BufferRef, ExecutionPlan, PlanStep};
@@ -28,11 +34,13 @@ use super::violation::Violation;
 /// most `MAX_STREAMS` (64).
 pub const MAX_CHECKED_STREAMS: usize = 4 * crate::MAX_STREAMS;
 
-/// Vector clocks: one row per stream, plus one snapshot row per event that some later wait reads.
+/// Vector clocks: one row per stream, plus a snapshot row per recorded event that a later wait still reads
+/// (a row is freed at the event's last wait and reused, so memory follows the events in flight, not all).
 struct Clocks {
     w: usize,
     cur: Vec<u32>,
     snaps: Vec<u32>,
+    free: Vec<u32>,
 }
 
 impl Clocks {
@@ -63,7 +71,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     }
     let orders = reuse_edges(plan, out);
 
-    let mut clocks = Clocks { w, cur: vec![0; w * w], snaps: Vec::new() };
+    let mut clocks = Clocks { w, cur: vec![0; w * w], snaps: Vec::new(), free: Vec::new() };
     let mut recorded = vec![NONE; ix.num_events];
     let mut snap_of = vec![NONE; ix.num_events];
     let mut seq = vec![0u32; steps.len()];
@@ -92,8 +100,13 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                 // Waits see the latest record (CUDA semantics): overwrite the event's snapshot.
                 if last_wait[e] != NONE && last_wait[e] > iu {
                     if snap_of[e] == NONE {
-                        snap_of[e] = (clocks.snaps.len() / w.max(1)) as u32;
-                        clocks.snaps.resize(clocks.snaps.len() + w, 0);
+                        snap_of[e] = match clocks.free.pop() {
+                            Some(slot) => slot,
+                            None => {
+                                clocks.snaps.resize(clocks.snaps.len() + w, 0);
+                                (clocks.snaps.len() / w - 1) as u32
+                            }
+                        };
                     }
                     let at = snap_of[e] as usize * w;
                     let (cur, snaps) = (&clocks.cur, &mut clocks.snaps);
@@ -108,6 +121,10 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                         let (cur, snaps) = (&mut clocks.cur, &clocks.snaps);
                         for (c, &x) in cur[row..row + w].iter_mut().zip(&snaps[at..at + w]) {
                             *c = (*c).max(x);
+                        }
+                        if last_wait[e] == iu {
+                            clocks.free.push(snap_of[e]);
+                            snap_of[e] = NONE;
                         }
                     }
                 } else if first_record[e] != NONE {
@@ -146,7 +163,14 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                         // or a copy wrote them, and the root is a source). Else look the writers up by name.
                         match seen {
                             Seen::One(Some(w)) if w.kernel != NONE && writes_root(ix, w.kernel, &p.root) => {
-                                depend(&p.root, &[KernelId(w.kernel)], out);
+                                // The writing launch is at hand: no lookup of its stream and position.
+                                if w.kernel != kernel.0 && !ordered(&w) {
+                                    out.push(Violation::Dependency {
+                                        tensor: p.root.clone(),
+                                        writer: ix.step_ref(w.step),
+                                        reader: ix.step_ref(iu),
+                                    });
+                                }
                             }
                             Seen::One(w) if w.is_none_or(|w| w.kernel == NONE) && ix.is_source(&p.root) => {}
                             _ => {
