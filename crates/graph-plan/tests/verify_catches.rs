@@ -235,6 +235,60 @@ fn a_buffer_shifted_onto_a_live_neighbour_clobbers_its_readers() {
 }
 
 #[test]
+fn a_read_bound_where_its_writer_did_not_write_sees_someone_elses_bytes() {
+    // The reader's param (and step range) points at another tensor's bytes: it reads what that tensor's
+    // writer left, not its own tensor.
+    let p = simple();
+    let writer_of = |q: &ExecutionPlan, root: &str| {
+        (0..q.steps.len())
+            .find(|&w| {
+                launch_kernel(q, w).is_some_and(|k| {
+                    q.kernel(k).unwrap().params.iter().any(|x| x.access == Access::Write && x.root == root)
+                })
+            })
+            .unwrap()
+    };
+    // A reader j of a pool tensor (param pi, bytes br), and another tensor of that size written before j.
+    let (j, k, pi, br, root, wz, bz) = (0..p.steps.len())
+        .find_map(|j| {
+            let k = launch_kernel(&p, j)?;
+            p.kernel(k).unwrap().params.iter().enumerate().find_map(|(pi, x)| {
+                if x.access != Access::Read || x.buffer.region != Region::Pool {
+                    return None;
+                }
+                let br = x.buffer;
+                let (wz, bz) = (0..j).find_map(|w| match &p.steps[w] {
+                    PlanStep::Launch { writes, .. } => writes
+                        .iter()
+                        .find(|b| b.region == Region::Pool && b.bytes == br.bytes && !b.overlaps(&br))
+                        .map(|b| (w, *b)),
+                    _ => None,
+                })?;
+                Some((j, k, pi, br, x.root.clone(), wz, bz))
+            })
+        })
+        .unwrap();
+    let mut q = p.clone();
+    q.kernels_mut()[k.index()].params[pi].buffer = bz;
+    if let PlanStep::Launch { reads, .. } = &mut q.steps[j] {
+        for b in reads.iter_mut().filter(|b| **b == br) {
+            *b = bz;
+        }
+    }
+    let w = writer_of(&q, &root);
+    assert_eq!(
+        verify(&q).unwrap_err(),
+        vec![Violation::Clobbered {
+            tensor: root,
+            range: bz,
+            reader: sref(&q, j),
+            writer: Some(sref(&q, w)),
+            by: Some(sref(&q, wz)),
+        }]
+    );
+}
+
+#[test]
 fn a_shift_onto_a_live_neighbour_across_streams_is_a_race_too() {
     // With several streams, writing over bytes another stream still has to read is also, often, unordered.
     let p = build(&synth::random_dag(250, 3, 11).unwrap(), 4, false, false);

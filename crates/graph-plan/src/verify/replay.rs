@@ -24,7 +24,7 @@
 //! shadow memory of n segments, a string comparison per Read param: O(steps * (W + log steps)) in all.
 
 use crate::ids::{EventId, KernelId, StepId};
-use crate::plan::{Access, BufferRef, ExecutionPlan, PlanStep};
+use crate::plan::{Access, BufferRef, ExecutionPlan, Param, PlanStep};
 
 use super::index::{Index, NONE};
 use super::shadow::{Acc, Expect, Hit, Seen, Shadow};
@@ -154,17 +154,22 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                 for b in reads {
                     let seen = shadow.read(*b, me, ordered, &mut hits);
                     report(ix, iu, *b, Access::Read, None, &mut hits, out);
-                    for p in params.iter().filter(|p| p.access == Access::Read && p.buffer == *b) {
-                        if done.contains(&p.root.as_str()) {
-                            continue;
+                    let bound = |p: &&Param| p.access == Access::Read && p.buffer == *b;
+                    for (n, p) in params.iter().enumerate().filter(|(_, p)| bound(p)) {
+                        if params[..n].iter().filter(bound).any(|q| q.root == p.root) {
+                            continue; // the same tensor bound twice at this range
                         }
-                        done.push(p.root.as_str());
+                        // Dependencies once per root; the bytes at every range the root is bound to.
+                        let first = !done.contains(&p.root.as_str());
+                        if first {
+                            done.push(p.root.as_str());
+                        }
                         // Fast path: the launch that last wrote these bytes writes this root by name (or nothing
                         // or a copy wrote them, and the root is a source). Else look the writers up by name.
                         match seen {
                             Seen::One(Some(w)) if w.kernel != NONE && writes_root(ix, w.kernel, &p.root) => {
                                 // The writing launch is at hand: no lookup of its stream and position.
-                                if w.kernel != kernel.0 && !ordered(&w) {
+                                if first && w.kernel != kernel.0 && !ordered(&w) {
                                     out.push(Violation::Dependency {
                                         tensor: p.root.clone(),
                                         writer: ix.step_ref(w.step),
@@ -175,7 +180,9 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                             Seen::One(w) if w.is_none_or(|w| w.kernel == NONE) && ix.is_source(&p.root) => {}
                             _ => {
                                 let ws = ix.writers(&p.root);
-                                depend(&p.root, ws.unwrap_or(&[]), out);
+                                if first {
+                                    depend(&p.root, ws.unwrap_or(&[]), out);
+                                }
                                 shadow.probe(*b, expectation(ws, iu, ix), &mut hits);
                                 report(ix, iu, *b, Access::Read, Some((p.root.as_str(), ws)), &mut hits, out);
                             }
