@@ -8,12 +8,15 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <task>\n\
-     \n\
-     tasks:\n  \
-       bench [--quick] [--out DIR] [--no-ort]   benchmark report in target/cuplan-report (--quick: CI size)\n  \
-       gpu-check                                (not yet available)\n  \
-       fuzz [--seconds N]                       (not yet available)"
+    concat!(
+        "usage: cargo xtask <task>\n\n",
+        "tasks:\n",
+        "  bench [--quick] [--out DIR] [--no-ort] [--record]\n",
+        "      the benchmark report in target/cuplan-report (--quick: the CI-sized run; --no-ort: skip\n",
+        "      onnxruntime; --record: also write docs/benchmarks.md)\n",
+        "  gpu-check            (not yet available)\n",
+        "  fuzz [--seconds N]   (not yet available)",
+    )
 }
 
 fn main() -> Result<()> {
@@ -29,12 +32,18 @@ fn main() -> Result<()> {
 }
 
 fn bench_task(args: &[String]) -> Result<()> {
-    let mut opts = bench::BenchOpts { quick: false, out: bench_root().join("target").join("cuplan-report"), ort: true };
+    let mut opts = bench::BenchOpts {
+        quick: false,
+        out: bench_root().join("target").join("cuplan-report"),
+        ort: true,
+        record: false,
+    };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => opts.quick = true,
             "--no-ort" => opts.ort = false,
+            "--record" => opts.record = true,
             "--out" => opts.out = PathBuf::from(it.next().context("--out needs a directory")?),
             other => bail!("bench: unknown option {other:?}\n{}", usage()),
         }

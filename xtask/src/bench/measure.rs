@@ -298,17 +298,20 @@ pub struct VerifyPoint {
     pub violations: usize,
 }
 
-/// Verify a plan of about `nodes` launches: a random DAG with fusion off (every node its own launch) on four
-/// streams, so that events are exercised as well as launches.
+/// Verify a plan of about `1.8 * nodes` steps: a random DAG with fusion off (every node its own launch) on
+/// four streams, so that events are exercised as well as launches. Reuse is off, as in the verify bench
+/// (`benches/benches/verify.rs`): one pool buffer per tensor, the most segments for verify's shadow memory,
+/// and a plan the baseline memory packer (quadratic in pool buffers) can build in seconds.
 pub fn verify_point(nodes: usize, sampler: &Sampler) -> Result<VerifyPoint> {
     let graph = Family::RandomDag.build(nodes)?;
     let mut opts = PlanOptions::with_streams(4);
     opts.fusion.enabled = false;
+    opts.memory.reuse = false;
     let plan = ExecutionPlan::build_with(&graph, &opts).context("building the verify plan")?;
     drop(graph);
     let (times, violations) = verify_timed(&plan, sampler)?;
     Ok(VerifyPoint {
-        label: format!("random_dag {} nodes, fusion off, 4 streams", cuplan_fmt_count(nodes)),
+        label: format!("random_dag {} nodes, fusion and reuse off, 4 streams", cuplan_fmt_count(nodes)),
         steps: plan.total_steps(),
         verify_ms: medians(&times).0,
         verify_wall_ms: medians(&times).1,

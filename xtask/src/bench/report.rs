@@ -543,6 +543,16 @@ pub fn markdown(r: &Report) -> String {
         .collect();
     let head_ref: Vec<&str> = head.iter().map(String::as_str).collect();
     s.push_str(&md_table(&head_ref, &[Align::Left], &rows));
+    let broken: Vec<String> = r
+        .scaling
+        .iter()
+        .filter(|p| p.violations > 0)
+        .map(|p| format!("{} at {} nodes ({})", p.family, fmt::count(p.nodes as u64), p.violations))
+        .chain(r.verify.iter().filter(|v| v.violations > 0).map(|v| format!("{} ({})", v.label, v.violations)))
+        .collect();
+    if !broken.is_empty() {
+        let _ = writeln!(s, "\n**`graph_plan::verify` found violations in:** {}.", broken.join(", "));
+    }
     let flags = superlinear_flags(&fits);
     s.push('\n');
     if flags.is_empty() {
@@ -782,6 +792,22 @@ fn draw_plots(r: &Report, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The report as `docs/benchmarks.md` records it: a title and a note on how to regenerate it, then the report
+/// with its plot links pointing at the run's output directory (`plots_rel`, relative to `docs/`).
+pub fn as_doc(md: &str, plots_rel: &str) -> String {
+    let body = md.strip_prefix("# cuplan benchmark report\n").unwrap_or(md);
+    let mut body = body.to_string();
+    for (file, _) in PLOTS {
+        body = body.replace(&format!("]({file})"), &format!("]({plots_rel}/{file})"));
+    }
+    format!(
+        "# Benchmarks\n\nThe last full report of `cargo xtask bench`, recorded with `cargo xtask bench --record` \
+         (which rewrites this file; `--quick` runs the CI-sized suite). The plots are written beside the report \
+         in `target/cuplan-report/` by every run. Criterion benches of the same inputs: \
+         `cargo bench -p cuplan-benches --bench pipeline` (1M-node groups with `--features huge`).\n{body}"
+    )
+}
+
 /// Write `report.md`, `report.json` and the plots into `out`; return the Markdown.
 pub fn write(r: &Report, out: &Path) -> Result<String> {
     let md = markdown(r);
@@ -873,6 +899,15 @@ mod tests {
         let flags = superlinear_flags(&fits);
         assert_eq!(flags.len(), 1, "{flags:?}");
         assert!(flags[0].contains("`memory` N^2.00"), "{flags:?}");
+    }
+
+    #[test]
+    fn the_recorded_doc_links_plots_in_the_output_directory() {
+        let md = "# cuplan benchmark report\n\nbody\n- [plot](compile_scaling.svg)\n";
+        let doc = as_doc(md, "../target/cuplan-report");
+        assert!(doc.starts_with("# Benchmarks\n"));
+        assert!(!doc.contains("# cuplan benchmark report"));
+        assert!(doc.contains("- [plot](../target/cuplan-report/compile_scaling.svg)"), "{doc}");
     }
 
     #[test]
