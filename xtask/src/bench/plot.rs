@@ -45,7 +45,8 @@ fn num_label(v: f64) -> String {
     } else if a >= 1.0 || a == 0.0 {
         format!("{v}")
     } else {
-        format!("{v:.3}")
+        let t = format!("{v:.3}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
@@ -216,5 +217,39 @@ impl Bars<'_> {
             .draw()?;
         root.present()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_labels_are_short() {
+        assert_eq!(num_label(0.2), "0.2");
+        assert_eq!(num_label(0.125), "0.125");
+        assert_eq!(num_label(0.0), "0");
+        assert_eq!(num_label(3.0), "3");
+        assert_eq!(num_label(1500.0), "1.5k");
+        assert_eq!(num_label(1e6), "1M");
+    }
+
+    #[test]
+    fn plots_are_written_as_svg() {
+        let dir = std::env::temp_dir().join(format!("cuplan-plot-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = [Series { name: "a".into(), points: vec![(1e3, 1.0), (1e4, 10.0), (1e5, 100.0)] }];
+        loglog(&dir.join("l.svg"), "t", "x", "y", &s, Some(1.0)).unwrap();
+        let rows = vec!["r0".to_string(), "r1".to_string()];
+        let groups = vec![("g".to_string(), vec![1.0, 2.0]), ("h".to_string(), vec![3.0, 4.0])];
+        for (layout, log_x) in [(Layout::Grouped, false), (Layout::Stacked, false), (Layout::Grouped, true)] {
+            let b = Bars { title: "t", x_desc: "x", rows: &rows, groups: &groups, layout, log_x, reference: Some(1.0) };
+            b.draw(&dir.join("b.svg")).unwrap();
+            let svg = std::fs::read_to_string(dir.join("b.svg")).unwrap();
+            assert!(svg.starts_with("<svg") && svg.contains("\nr1\n</text>"), "{layout:?} {log_x}");
+        }
+        let svg = std::fs::read_to_string(dir.join("l.svg")).unwrap();
+        assert!(svg.contains("slope 1 (linear) through a"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
