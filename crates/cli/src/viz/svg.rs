@@ -48,6 +48,8 @@ pub struct Picture {
     pub t1: u64,
     /// The pool's size (drawn as a line).
     pub height: u64,
+    /// What the line at `height` is called (`pool`, `height`).
+    pub height_label: String,
     /// The buffers.
     pub blocks: Vec<Block>,
     /// Legend labels, indexed by `Block::key`.
@@ -251,7 +253,7 @@ pub fn render(p: &Picture) -> String {
         LEFT + plot_w,
         y(p.height),
         y(p.height) + 4.0,
-        if same { "pool = bound" } else { "pool" },
+        if same { format!("{} = bound", p.height_label) } else { p.height_label.clone() },
         xml_escape(&human_bytes(p.height))
     );
     if !same {
@@ -409,6 +411,7 @@ pub fn memory_svg(plan: &ExecutionPlan) -> String {
         t0: 0,
         t1: m.work_steps as u64,
         height: plan.pool_bytes,
+        height_label: "pool".into(),
         blocks,
         legend,
         legend_title: "written by".into(),
@@ -487,6 +490,7 @@ pub fn pack_svg(buffers: &[Buffer], offsets: &[u64], alignment: u64, title: &str
         t0,
         t1,
         height,
+        height_label: "height".into(),
         blocks,
         legend,
         legend_title: "buffer size".into(),
