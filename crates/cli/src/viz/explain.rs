@@ -3,7 +3,7 @@
 //!
 //! Per step: its stream, what it is, the kernel and the nodes it fuses, the bytes it reads and writes (the
 //! kernel's modelled cost), the hull of the pool bytes it writes, its modelled time (`Kernel::estimate`, without
-//! launch overhead) and, from one simulated replay, when it starts and ends. The summary sets each figure beside
+//! launch overhead) and, from one replay in exec-sim's timing model, when it starts and ends. The summary sets each figure beside
 //! its bound (DESIGN.md section 5); the fusion section lists every candidate pair that was not fused, with its
 //! reason code.
 
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::table::{self, Column};
-use super::{abbreviate_nodes, copy_time_us, human_bytes, plan_device, plan_timeline};
+use super::{abbreviate_nodes, copy_time_us, human_bytes, plan_device};
 
 /// Widest text table `explain` prints.
 pub const TEXT_WIDTH: usize = 120;
@@ -41,10 +41,10 @@ pub struct StepRow {
     pub pool_write: Option<[u64; 2]>,
     /// Modelled time without launch overhead, microseconds (launches and copies).
     pub time_us: Option<f64>,
-    /// Start in the simulated replay, microseconds.
-    pub start_us: Option<f64>,
+    /// Start in the simulated replay, microseconds (records and waits: when they take effect).
+    pub start_us: f64,
     /// End in the simulated replay, microseconds.
-    pub end_us: Option<f64>,
+    pub end_us: f64,
 }
 
 /// The plan's figures beside their bounds.
@@ -92,6 +92,8 @@ pub struct Summary {
     pub area_us: f64,
     /// `makespan / bound`.
     pub makespan_ratio: f64,
+    /// Time each stream spends running launches and copies, by stream index.
+    pub stream_busy_us: Vec<f64>,
 }
 
 /// One rejected fusion candidate.
@@ -210,18 +212,14 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// Gather what `explain` shows. Fails only if the plan's steps are inconsistent (a wait before its record),
-/// which `verify` rules out.
+/// Gather what `explain` shows. Fails only if the plan's steps are inconsistent (a wait before its record, an
+/// unknown kernel), which `verify` rules out.
 pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Explain> {
     let device = plan_device(plan);
-    let (timeline, step_of) = plan_timeline(plan)?;
-    let mut start: Vec<Option<(f64, f64)>> = vec![None; plan.steps.len()];
-    for (task, &step) in step_of.iter().enumerate() {
-        start[step] = Some((timeline.start_us[task], timeline.end_us[task]));
-    }
+    let t = exec_sim::timing::simulate(plan, &exec_sim::TimingOptions::for_plan(plan))?;
     let mut steps = Vec::with_capacity(plan.steps.len());
     for (i, s) in plan.steps.iter().enumerate() {
-        let (start_us, end_us) = start[i].map_or((None, None), |(a, b)| (Some(a), Some(b)));
+        let (start_us, end_us) = t.steps.get(i).map_or((0.0, 0.0), |st| (st.start_us, st.end_us));
         let row = match s {
             PlanStep::Launch { stream, kernel, writes, .. } => {
                 let k = plan.kernel(*kernel);
@@ -265,14 +263,14 @@ pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Expl
                 bytes_written: 0,
                 pool_write: None,
                 time_us: None,
-                start_us: None,
-                end_us: None,
+                start_us,
+                end_us,
             },
         };
         steps.push(row);
     }
     let st = plan.stats();
-    let b = &timeline.bound;
+    let opts = exec_sim::TimingOptions::for_plan(plan);
     let summary = Summary {
         nodes: st.nodes,
         launches_before: plan.kernel_count_original,
@@ -289,12 +287,13 @@ pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Expl
         bytes_moved: st.bytes_moved,
         bytes_moved_unfused: st.bytes_moved_unfused,
         device: st.device.clone(),
-        launch_overhead_us: timeline.overhead_us,
-        makespan_us: timeline.makespan_us,
-        makespan_bound_us: b.bound_us,
-        critical_path_us: b.critical_path_us,
-        area_us: b.area_us,
-        makespan_ratio: timeline.ratio_to_bound(),
+        launch_overhead_us: opts.overhead.overhead_us(&opts.device),
+        makespan_us: t.makespan_us,
+        makespan_bound_us: t.bound_us,
+        critical_path_us: t.critical_path_us,
+        area_us: t.area_us,
+        makespan_ratio: ratio(t.makespan_us, t.bound_us),
+        stream_busy_us: t.stream_busy_us,
     };
     Ok(Explain { graph: plan.graph_name().to_string(), steps, summary, fusion: fusion_section(fusion) })
 }
@@ -436,6 +435,18 @@ fn summary_lines(s: &Summary) -> Vec<(String, String)> {
                 "max(critical path {} us, area {} us): no schedule of these launches does better",
                 fmt_us(s.critical_path_us),
                 fmt_us(s.area_us)
+            ),
+        ),
+        (
+            "busy".into(),
+            super::ellipsize(
+                &s.stream_busy_us
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| format!("s{i} {} us ({:.0}%)", fmt_us(*b), 100.0 * ratio(*b, s.makespan_us)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                TEXT_WIDTH - 15,
             ),
         ),
         (

@@ -12,7 +12,6 @@ pub mod progress;
 pub mod svg;
 pub mod table;
 
-use graph_plan::timing::{self, LaunchMode, SimStep, Timeline};
 use graph_plan::{Access, BufferRef, DeviceProfile, ExecutionPlan, GroupKind, KernelId, PlanStep, Region, ValueId};
 use std::collections::HashMap;
 
@@ -335,38 +334,10 @@ pub fn plan_device(plan: &ExecutionPlan) -> DeviceProfile {
     DeviceProfile::by_name(&plan.stats().device).unwrap_or_default()
 }
 
-/// Modelled time of a copy of `bytes`: read and write at DRAM bandwidth.
+/// Modelled time of a copy of `bytes` without launch overhead: read and write at DRAM bandwidth (as exec-sim's
+/// timing model has it).
 pub fn copy_time_us(bytes: u64, device: &DeviceProfile) -> f64 {
     2.0 * bytes as f64 / device.mem_bandwidth * 1e6
-}
-
-/// The plan's work steps as the shared timing evaluator sees them, with each work step's index in `plan.steps`.
-pub fn sim_steps(plan: &ExecutionPlan) -> Vec<SimStep> {
-    let device = plan_device(plan);
-    // A copy runs on the copy engines; give it the smallest share of the SMs the evaluator accepts.
-    let copy_occupancy = device.occupancy(1);
-    plan.steps
-        .iter()
-        .map(|s| match s {
-            PlanStep::Launch { stream, kernel, .. } => {
-                let (t, occ) = plan.kernel(*kernel).map_or((0.0, 1.0), |k| (k.estimate.time_us, k.estimate.occupancy));
-                SimStep::Work { stream: *stream, duration_us: t.max(0.0), occupancy: occ.clamp(f64::MIN_POSITIVE, 1.0) }
-            }
-            PlanStep::Copy { stream, bytes, .. } => {
-                SimStep::Work { stream: *stream, duration_us: copy_time_us(*bytes, &device), occupancy: copy_occupancy }
-            }
-            PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
-            PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
-        })
-        .collect()
-}
-
-/// One replay of the plan in the shared timing evaluator (CUDA-graph launch overhead), with the index in
-/// `plan.steps` of each task.
-pub fn plan_timeline(plan: &ExecutionPlan) -> Result<(Timeline, Vec<usize>), timing::TimingError> {
-    let (tasks, step_of) = timing::tasks_from_steps(&sim_steps(plan))?;
-    let overhead = LaunchMode::Graph.overhead_us(&plan_device(plan));
-    Ok((timing::simulate(&tasks, overhead)?, step_of))
 }
 
 #[cfg(test)]
