@@ -184,3 +184,31 @@ fn graphviz_lays_it_out() {
         assert!(svg.contains("class=\"cluster\""), "no cluster drawn");
     }
 }
+
+#[test]
+fn hostile_names_are_quoted() {
+    use graph_ir::{ComputeGraph, DType, Op};
+    let mut g = ComputeGraph::new("q\"uote");
+    let x = g.add_input("x", DType::F32, [16, 16]).unwrap();
+    let w = g.add_weight("w", DType::F32, [16, 16]).unwrap();
+    let a = g.add_node("a\"b\\\"c", Op::MatMul, &[x, w]).unwrap()[0];
+    let b = g.add_node("line\nbreak {x} -> y;", Op::Neg, &[a]).unwrap()[0];
+    let c = g.add_node("brace } [label=", Op::MatMul, &[b, w]).unwrap()[0];
+    g.mark_output(c).unwrap();
+    let dir = scratch("dot-names");
+    let gp = dir.join("g.json");
+    std::fs::write(&gp, g.to_json()).unwrap();
+    let (_, text) = check(&gp, 1, "dot-names-plan");
+    assert!(text.contains(r#"a\"b\\\"c"#), "{text}");
+    assert!(text.contains(r"line\nbreak {x} -> y;"), "{text}");
+    let probe = Command::new("dot").arg("-V").output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("skipping the Graphviz half: `dot` is not installed");
+        return;
+    }
+    let path = dir.join("g.dot");
+    std::fs::write(&path, &text).unwrap();
+    let o = Command::new("dot").arg("-Tsvg").arg(&path).output().unwrap();
+    assert!(o.status.success(), "dot failed: {}", String::from_utf8_lossy(&o.stderr));
+    parse_svg(&String::from_utf8(o.stdout).unwrap());
+}

@@ -116,3 +116,27 @@ fn unwritable_svg_path_is_a_user_error() {
     assert!(err.starts_with("error: --memory-svg: cannot write '/nonexistent-dir/x.svg'"), "{err}");
     assert_eq!(err.lines().count(), 1);
 }
+
+#[test]
+fn hostile_names_stay_well_formed() {
+    use graph_ir::{ComputeGraph, DType, Op};
+    let mut g = ComputeGraph::new("names <&> \"q\" 'a'");
+    let x = g.add_input("x", DType::F32, [16, 16]).unwrap();
+    let a = g.add_node("a<b>&amp;\"c\"", Op::Relu, &[x]).unwrap()[0];
+    let b = g.add_node("]]> <!-- \\ '", Op::Neg, &[a]).unwrap()[0];
+    let c = g.add_node("ctl\u{1}\u{7f}é…", Op::Abs, &[b]).unwrap()[0];
+    let d = g.add_node("out", Op::Exp, &[c]).unwrap()[0];
+    g.mark_output(d).unwrap();
+    let dir = scratch("names");
+    let gp = dir.join("g.json");
+    std::fs::write(&gp, g.to_json()).unwrap();
+    let svg = dir.join("p.svg");
+    ok(&cuplan(&["plan", gp.to_str().unwrap(), "--no-fusion", "--memory-svg", svg.to_str().unwrap()]));
+    let doc = parse_svg(&std::fs::read_to_string(&svg).unwrap());
+    let mut names: Vec<String> = doc.rects.iter().map(|r| r.title.lines().next().unwrap().to_string()).collect();
+    names.sort();
+    // The XML parser gives back the names exactly, except the control character XML 1.0 cannot carry.
+    let mut want = vec!["a<b>&amp;\"c\"".to_string(), "]]> <!-- \\ '".to_string(), "ctl?\u{7f}é…".to_string()];
+    want.sort();
+    assert_eq!(names, want);
+}

@@ -225,7 +225,10 @@ pub fn render(p: &Picture) -> String {
     );
     let _ = writeln!(s, "</g>");
     // The buffers.
-    let _ = writeln!(s, r##"<g id="buffers" stroke="#222222" stroke-opacity="0.45" stroke-width="0.3">"##);
+    // Outlines separate neighbours of one colour; where steps are under 3 px wide they would darken everything.
+    let px_per_step = plot_w / (t1 - t0) as f64;
+    let outline = (0.1 * px_per_step).min(0.3);
+    let _ = writeln!(s, r##"<g id="buffers" stroke="#222222" stroke-opacity="0.45" stroke-width="{outline:.2}">"##);
     for b in &p.blocks {
         let x0 = x(b.start);
         let w = (x(b.end) - x0).max(1.0);
@@ -278,9 +281,11 @@ pub fn render(p: &Picture) -> String {
         let _ = write!(d, " H{:.2} V{:.2}", x(t.max(t0)), y(v));
     }
     let _ = write!(d, " H{:.2}", x(t1));
+    // Thinner where steps are narrow, so the rectangles under a dense curve stay visible.
+    let curve_w = (0.8 * px_per_step).clamp(0.6, 1.6);
     let _ = writeln!(
         s,
-        r##"<path id="bound-curve" d="{d}" fill="none" stroke="#c0392b" stroke-width="1.6"><title>reserved bytes live at each step: the fixed-order lower bound curve (peak {} at step {peak_t})</title></path>"##,
+        r##"<path id="bound-curve" d="{d}" fill="none" stroke="#c0392b" stroke-width="{curve_w:.2}"><title>reserved bytes live at each step: the fixed-order lower bound curve (peak {} at step {peak_t})</title></path>"##,
         xml_escape(&human_bytes(bound))
     );
     let _ = writeln!(
