@@ -7,7 +7,7 @@ use graph_plan::{run_pipeline, Pass};
 use crate::cmd_plan::{build_checked, PlanFlags};
 use crate::load::{load_graph, GraphArgs};
 use crate::viz::explain;
-use crate::viz::progress::Progress;
+use crate::viz::Progress;
 
 /// Output format of `explain`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

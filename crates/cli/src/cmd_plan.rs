@@ -138,14 +138,14 @@ pub fn build_checked(g: &ComputeGraph, opts: &PlanOptions) -> Result<(ExecutionP
 
 /// Run `plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
-    let progress = crate::viz::progress::Progress::spinner("loading");
+    let progress = crate::viz::Progress::spinner("loading");
     let g = load_graph(&a.graph)?;
     let opts = a.flags.options()?;
     progress.set_message("planning");
     let (plan, compile_ms) = build_checked(&g, &opts)?;
     progress.finish();
     if let Some(path) = &a.memory_svg {
-        let svg = crate::viz::svg::memory_svg(&plan);
+        let svg = crate::viz::memory_svg(&plan);
         std::fs::write(path, svg).with_context(|| format!("--memory-svg: cannot write '{}'", path.display()))?;
     }
     if let Some(path) = &a.dot {
