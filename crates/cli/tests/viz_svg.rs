@@ -84,6 +84,19 @@ fn mlp_titles_name_the_tensors() {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 10, ..Default::default() })]
+    /// Random DAGs, any stream count, reuse on or off: the picture always matches the memory pass.
+    #[test]
+    fn random_dags_match_the_memory_pass(n in 2usize..60, fan_in in 1usize..4, seed in 0u64..1000, streams in 1usize..5) {
+        let g = graph_ir::synth::random_dag(n, fan_in, seed).unwrap();
+        let dir = scratch(&format!("rdag-{seed}-{n}"));
+        let p = dir.join("g.json");
+        std::fs::write(&p, g.to_json()).unwrap();
+        check(&p, streams, &format!("rdag-{seed}-{n}-plan"));
+    }
+}
+
 #[test]
 fn shared_models_draw_without_overlap() {
     for m in ["resnet50", "bert_base", "mobilenet_v2", "googlenet"] {

@@ -138,7 +138,8 @@ pub struct PoolTensor {
     pub bytes: u64,
     /// Bytes it reserves: `bytes` rounded up to the plan's alignment (what the lower bound counts).
     pub reserved: u64,
-    /// First work step (launch or copy, in submission order) of its live range: its writer.
+    /// First step of its live range (its writer), counting launches and Memcpy copies in submission order: the
+    /// launch order of DESIGN.md section 5.
     pub start: u32,
     /// One past its last reader (half-open; a tensor nobody reads lives for its writer's step only).
     pub end: u32,
@@ -157,7 +158,7 @@ pub struct PoolMap {
     pub graph: String,
     /// Pool tensors in order of their first write.
     pub tensors: Vec<PoolTensor>,
-    /// Work steps (launches and copies) of the plan: the time axis.
+    /// Steps of the launch order (launches and Memcpy copies): the time axis.
     pub work_steps: u32,
     /// The plan's pool size.
     pub pool_bytes: u64,
@@ -217,8 +218,10 @@ fn producing_op(k: &graph_plan::Kernel, v: ValueId) -> String {
 }
 
 /// Derive the pool's tensors and live ranges from the plan alone: kernel parameters bound to the pool give each
-/// alias root's bytes, and the work steps that write and read them give its live range; copies are matched to
-/// roots by their buffers.
+/// alias root's bytes, and the steps that write and read them give its live range; Memcpy copies are matched to
+/// roots by their buffers. Time counts launches and Memcpy copies in submission order (the copies that fill
+/// graph outputs aliasing a source never touch the pool and are left out), so the live ranges are those of the
+/// memory pass's `MemoryPlan::buffers` (the tests check that they agree).
 pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
     let mut roots: Vec<RootUse> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
@@ -261,10 +264,13 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                 }
                 time += 1;
             }
-            PlanStep::Copy { src, dst, node, .. } => {
-                copies.push((time, *src, *dst, node.clone()));
+            // A copy that runs a Memcpy node is a step of the launch order; the copies that fill graph outputs
+            // aliasing a source are not (they read and write outside the pool, before everything else).
+            PlanStep::Copy { src, dst, node: Some(node), .. } => {
+                copies.push((time, *src, *dst, Some(node.clone())));
                 time += 1;
             }
+            PlanStep::Copy { node: None, .. } => {}
             PlanStep::Record { .. } | PlanStep::Wait { .. } => {}
         }
     }

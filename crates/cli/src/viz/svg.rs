@@ -165,7 +165,7 @@ pub fn live_curve(blocks: &[Block]) -> Vec<(u64, u64)> {
 
 /// Render a picture as a standalone SVG document.
 pub fn render(p: &Picture) -> String {
-    let (t0, t1) = (p.t0, p.t1.max(p.t0 + 1));
+    let (t0, t1) = (p.t0, p.t1.max(p.t0.saturating_add(1)));
     let curve = live_curve(&p.blocks);
     let (peak_t, bound) = curve.iter().fold((t0, 0u64), |best, &(t, v)| if v > best.1 { (t, v) } else { best });
     let top_end = p.blocks.iter().map(|b| b.offset.saturating_add(b.size)).max().unwrap_or(0);
@@ -403,7 +403,7 @@ pub fn memory_svg(plan: &ExecutionPlan) -> String {
     let p = Picture {
         title: format!("plan '{}': activation pool", m.graph),
         subtitle: format!(
-            "pool {} · lower bound {} (ratio {ratio:.3}) · naive {} · {} tensors · {} launches and copies · {} stream{}",
+            "pool {} · lower bound {} (ratio {ratio:.3}) · naive {} · {} tensors · {} steps · {} stream{}",
             human_bytes(plan.pool_bytes),
             human_bytes(bound),
             human_bytes(st.naive_bytes),
@@ -412,7 +412,7 @@ pub fn memory_svg(plan: &ExecutionPlan) -> String {
             plan.num_streams,
             if plan.num_streams == 1 { "" } else { "s" }
         ),
-        x_label: "step (launches and copies in submission order)".into(),
+        x_label: "step (launches and Memcpy copies in submission order)".into(),
         t0: 0,
         t1: m.work_steps as u64,
         height: plan.pool_bytes,
