@@ -169,7 +169,7 @@ pub fn plan_dot(plan: &ExecutionPlan) -> String {
     let _ = writeln!(s, "digraph plan {{");
     let _ = writeln!(
         s,
-        "  graph [rankdir=TB, fontname=\"Helvetica\", fontsize=12, labelloc=t, label={}];",
+        "  graph [rankdir=TB, newrank=true, fontname=\"Helvetica\", fontsize=12, labelloc=t, label={}];",
         quote(&format!(
             "plan '{}': {} launches on {} stream{}, {} events · solid: data, dashed: event (record -> wait), dotted: reuse order",
             plan.graph_name(),
