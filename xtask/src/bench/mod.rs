@@ -52,8 +52,9 @@ pub struct Sizes {
     pub big: Sampler,
     /// Where `big` starts.
     pub big_from: usize,
-    /// A family's scaling series stops after a size whose build takes longer (milliseconds): a
-    /// super-linear pass would otherwise blow the run's time budget; the report says where it stopped.
+    /// A family's scaling series stops before a size whose build the sizes before it predict to take longer
+    /// than this (milliseconds): a super-linear pass would otherwise blow the run's time budget; the report
+    /// says where it stopped.
     pub stop_above_ms: f64,
     /// onnxruntime session repetitions.
     pub ort_reps: usize,
@@ -72,7 +73,7 @@ impl Sizes {
                 small: Sampler { min_reps: 3, max_reps: 15, budget_s: 0.5, single_above_s: 2.0 },
                 big: Sampler { min_reps: 3, max_reps: 3, budget_s: 0.0, single_above_s: 1.0 },
                 big_from: 100_000,
-                stop_above_ms: 3_000.0,
+                stop_above_ms: 15_000.0,
                 ort_reps: 3,
             }
         } else {
@@ -85,7 +86,7 @@ impl Sizes {
                 small: Sampler { min_reps: 5, max_reps: 31, budget_s: 2.0, single_above_s: 10.0 },
                 big: Sampler { min_reps: 3, max_reps: 5, budget_s: 4.0, single_above_s: 10.0 },
                 big_from: 300_000,
-                stop_above_ms: 60_000.0,
+                stop_above_ms: 30_000.0,
                 ort_reps: 7,
             }
         }
@@ -98,6 +99,17 @@ impl Sizes {
             &self.small
         }
     }
+}
+
+/// The build time at `nodes` that the last two measured `(nodes, ms)` points predict, growing at least
+/// linearly; `None` before two points.
+pub fn predict_ms(done: &[(usize, f64)], nodes: usize) -> Option<f64> {
+    let [.., (n0, t0), (n1, t1)] = done else { return None };
+    if *n0 == 0 || *n1 <= *n0 || *t0 <= 0.0 || *t1 <= 0.0 {
+        return None;
+    }
+    let slope = ((t1 / t0).ln() / (*n1 as f64 / *n0 as f64).ln()).max(1.0);
+    Some(t1 * (nodes as f64 / *n1 as f64).powf(slope))
 }
 
 struct Progress(Instant);
@@ -185,21 +197,24 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
 
     // Scaling series.
     for f in Family::ALL {
+        let mut done: Vec<(usize, f64)> = Vec::new();
         for (i, &n) in sizes.scaling.iter().enumerate() {
-            p.say(format_args!("scaling {} at {n} nodes", f.name()));
-            let point = measure::scale_point(f, n, sizes.streams, sizes.sampler(n), clock)?;
-            let slow = point.build_ms > sizes.stop_above_ms;
-            r.scaling.push(point);
-            if let (true, Some(rest)) = (slow, sizes.scaling.get(i + 1..).filter(|r| !r.is_empty())) {
+            if let Some(t) = predict_ms(&done, n).filter(|&t| t > sizes.stop_above_ms) {
                 r.notes.push(format!(
-                    "{}: the series stops at {} nodes (a build took over {} ms); not measured: {}",
+                    "{}: the series stops before {} nodes: the last two sizes predict {} s for one build there \
+                     (limit {} s); not measured: {}",
                     f.name(),
                     fmt::count(n as u64),
-                    sizes.stop_above_ms,
-                    rest.iter().map(|&x| fmt::count(x as u64)).collect::<Vec<_>>().join(", ")
+                    fmt::ms(t / 1e3),
+                    sizes.stop_above_ms / 1e3,
+                    sizes.scaling[i..].iter().map(|&x| fmt::count(x as u64)).collect::<Vec<_>>().join(", ")
                 ));
                 break;
             }
+            p.say(format_args!("scaling {} at {n} nodes", f.name()));
+            let point = measure::scale_point(f, n, sizes.streams, sizes.sampler(n), clock)?;
+            done.push((point.nodes, point.build_ms));
+            r.scaling.push(point);
         }
     }
 
@@ -226,4 +241,19 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     println!("{md}");
     p.say(format_args!("report: {}", opts.out.join("report.md").display()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predictions_follow_the_last_slope_and_never_drop_below_linear() {
+        assert_eq!(predict_ms(&[], 10), None);
+        assert_eq!(predict_ms(&[(10, 1.0)], 100), None);
+        let quad = predict_ms(&[(10, 1.0), (100, 100.0)], 1000).unwrap();
+        assert!((quad - 10_000.0).abs() < 1e-6, "{quad}");
+        let sub = predict_ms(&[(10, 1.0), (100, 2.0)], 1000).unwrap();
+        assert!((sub - 20.0).abs() < 1e-9, "sub-linear growth is extrapolated linearly: {sub}");
+    }
 }
