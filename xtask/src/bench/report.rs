@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use super::fmt::{self, md_table, Align};
-use super::measure::{PackRow, PlanRow, ScalePoint, VerifyPoint};
+use super::measure::{BoundKind, PackRow, PlanRow, ScalePoint, VerifyPoint};
 use super::ort::{OrtRun, ReadmeRow};
 use super::plot::{self, Bars, Layout, Series};
 use super::stats::{fit_power_law, median, PowerFit};
@@ -277,8 +277,8 @@ pub fn markdown(r: &Report) -> String {
          one run is long). Times are **on-CPU time** of the process (`CLOCK_PROCESS_CPUTIME_ID`; the \
          compile runs on one thread), which equals wall time on an idle machine; this machine is shared, so \
          wall times (given beside the targets and in `report.json`) include waiting for a core. Per-pass times come from the \
-         pipeline's `pass` tracing spans. Makespans are the shared timing evaluator (`graph_plan::timing`, \
-         CUDA-graph launch overhead) over the plan's steps.\n",
+         pipeline's `pass` tracing spans. Makespans are exec-sim's timing model (the shared \
+         evaluator `graph_plan::timing`, CUDA-graph launch overhead) over the plan's steps.\n",
         r.streams
     );
 
@@ -485,7 +485,20 @@ pub fn markdown(r: &Report) -> String {
         })
         .collect();
     let head_ref: Vec<&str> = head.iter().map(String::as_str).collect();
-    let _ = writeln!(s, "Each cell: modelled makespan (makespan / bound; events).\n");
+    let dag = r.models.iter().chain(&r.synth).all(|m| m.bound_kind == BoundKind::Dag);
+    let _ = writeln!(
+        s,
+        "Each cell: modelled makespan (makespan / bound; events). {}\n",
+        if dag {
+            "Bound: DESIGN.md section 5's, max(critical path of the group DAG, area), the same for every stream \
+             assignment (`PlanStats::makespan_bound_us`)."
+        } else {
+            "**Bound: the timing model's critical path over the plan's own stream order and events** (these \
+             plans' stats carry no assignment-independent bound yet), so a ratio of 1.00 says the schedule \
+             keeps up with its own chains, not that no assignment does better; compare makespans across \
+             stream counts instead."
+        }
+    );
     s.push_str(&md_table(&head_ref, &[Align::Left], &rows));
     s.push('\n');
 
@@ -841,7 +854,15 @@ mod tests {
             compile_reps: 5,
             pass_ms: vec![],
             import_ms: Some(1.0),
-            by_streams: vec![StreamPoint { max_streams: 1, streams: 1, events: 0, makespan_us: 2.0, bound_us: 1.0 }],
+            bound_kind: BoundKind::Dag,
+            by_streams: vec![StreamPoint {
+                max_streams: 1,
+                streams: 1,
+                events: 0,
+                makespan_us: 2.0,
+                bound_us: 1.0,
+                bound_kind: BoundKind::Dag,
+            }],
             violations: 0,
         }
     }
