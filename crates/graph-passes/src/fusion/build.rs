@@ -89,7 +89,10 @@ impl Pass<'_, '_> {
             }
         }
         for e in edges {
-            self.verdicts.insert(e, v.clone());
+            // A later phase that reaches the same verdict keeps the earlier record (the first phase to decide).
+            if self.verdicts.get(&e).is_none_or(|old| old.reason != v.reason) {
+                self.verdicts.insert(e, v.clone());
+            }
         }
     }
 
