@@ -1,2 +1,488 @@
-//! The event-driven timing evaluator shared by the stream pass's reports and exec-sim's timing model
-//! (placeholder: the multi-stream scheduling issue fills it).
+//! The timing evaluator: an event-driven simulation of launches on streams of one device (DESIGN.md section 5),
+//! shared by the stream pass (to judge assignments), graph-plan's report and exec-sim's timing model.
+//!
+//! The input is a list of plain [`Task`]s in submission order. Each task runs on one stream, takes
+//! `duration_us` plus the launch overhead when it has the device share it asks for, and occupies a fraction of
+//! the device's SMs. A task starts when the task before it on its stream and every task it depends on (through
+//! events) have finished.
+//!
+//! **Processor sharing.** While the occupancies of the running tasks sum to `S <= 1`, every running task
+//! progresses at full speed; when `S > 1`, every running task progresses at speed `1 / S`. All running tasks
+//! thus share one slowdown factor, so the simulation keeps a single *virtual clock* `V` (`dV/dt = min(1, 1/S)`):
+//! a task that starts at virtual time `v` finishes when `V = v + time`. Finishing order is a heap on those
+//! virtual deadlines; each start or finish is one event. O(T log T + D) for T tasks and D dependencies, with no
+//! floating-point drift between tasks that run together.
+//!
+//! **The bound** ([`MakespanBound`]): `max(critical path, area)`, where the critical path is the longest path
+//! of launch times (duration plus overhead) over stream order and dependencies, and the area is the sum of
+//! launch time x occupancy. The device never delivers more than one device-second per second, and no task runs
+//! faster than alone, so no schedule of these tasks does better; [`simulate`] always returns a makespan at or
+//! above it.
+//!
+//! Launch overhead is modelled as DESIGN.md section 5 states it: part of each launch's time, shared like the
+//! rest (inside a CUDA graph the front end dispatches launches of independent branches concurrently). Eager
+//! submission's host-side serialisation is not modelled.
+
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt;
+use thiserror::Error;
+
+use crate::device::DeviceProfile;
+use crate::ids::StreamId;
+
+/// A task of the simulation: its index in the submission-ordered task list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskId(pub u32);
+
+impl TaskId {
+    /// The id as a `usize` index.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id of index `i` (saturating at `u32::MAX`).
+    pub fn from_index(i: usize) -> Self {
+        TaskId(u32::try_from(i).unwrap_or(u32::MAX))
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t{}", self.0)
+    }
+}
+
+/// How launches are submitted, which sets their overhead.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LaunchMode {
+    /// One API call per launch (`DeviceProfile::launch_overhead_eager_us`).
+    Eager,
+    /// Replay of a captured CUDA graph (`DeviceProfile::launch_overhead_graph_us`).
+    #[default]
+    Graph,
+}
+
+impl LaunchMode {
+    /// The per-launch overhead of this mode on `device`, in microseconds.
+    pub fn overhead_us(self, device: &DeviceProfile) -> f64 {
+        match self {
+            LaunchMode::Eager => device.launch_overhead_eager_us,
+            LaunchMode::Graph => device.launch_overhead_graph_us,
+        }
+    }
+}
+
+/// One unit of work: a kernel launch or a copy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    /// The stream it is submitted to; tasks of one stream run in list order.
+    pub stream: StreamId,
+    /// Time on the device with its full occupancy available, without launch overhead (microseconds, >= 0).
+    pub duration_us: f64,
+    /// Fraction of the device it occupies, in `(0, 1]`.
+    pub occupancy: f64,
+    /// Earlier tasks (usually on other streams, through events) that must finish before it starts.
+    pub deps: Vec<TaskId>,
+}
+
+/// What is wrong with a task list. Every variant names the task or step at fault.
+#[derive(Clone, Debug, PartialEq, Error, Serialize, Deserialize)]
+pub enum TimingError {
+    /// A dependency does not point to an earlier task.
+    #[error("task {task} depends on {dep}, which is not an earlier task")]
+    DependencyNotEarlier {
+        /// The task.
+        task: TaskId,
+        /// The dependency.
+        dep: TaskId,
+    },
+    /// A duration is negative or not finite.
+    #[error("task {task} has duration {value} us (must be finite and >= 0)")]
+    BadDuration {
+        /// The task.
+        task: TaskId,
+        /// The value given.
+        value: f64,
+    },
+    /// An occupancy is outside `(0, 1]`.
+    #[error("task {task} has occupancy {value} (must lie in (0, 1])")]
+    BadOccupancy {
+        /// The task.
+        task: TaskId,
+        /// The value given.
+        value: f64,
+    },
+    /// The launch overhead is negative or not finite.
+    #[error("launch overhead {0} us (must be finite and >= 0)")]
+    BadOverhead(f64),
+    /// A step waits on an event no earlier step recorded.
+    #[error("step {step} waits on event {event}, which no earlier step recorded")]
+    WaitBeforeRecord {
+        /// Index of the wait in the step list.
+        step: usize,
+        /// The event.
+        event: u32,
+    },
+}
+
+/// The lower bound on the makespan of a task list (DESIGN.md section 5).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MakespanBound {
+    /// Longest path of launch times over stream order and dependencies.
+    pub critical_path_us: f64,
+    /// Sum over tasks of launch time x occupancy.
+    pub area_us: f64,
+    /// `max(critical_path_us, area_us)`.
+    pub bound_us: f64,
+    /// The tasks of one longest path, first to last.
+    pub critical_path: Vec<TaskId>,
+}
+
+/// The simulated schedule of a task list.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    /// Start time of each task, indexed by `TaskId`.
+    pub start_us: Vec<f64>,
+    /// End time of each task, indexed by `TaskId`.
+    pub end_us: Vec<f64>,
+    /// Time at which the last task ends (0 for no tasks).
+    pub makespan_us: f64,
+    /// The lower bound the makespan is judged against.
+    pub bound: MakespanBound,
+    /// Wall time each stream has a task running, by stream, in stream order.
+    pub stream_busy_us: Vec<(StreamId, f64)>,
+    /// The launch overhead the simulation used.
+    pub overhead_us: f64,
+}
+
+impl Timeline {
+    /// `makespan / bound` (1 when both are 0).
+    pub fn ratio_to_bound(&self) -> f64 {
+        if self.bound.bound_us > 0.0 {
+            self.makespan_us / self.bound.bound_us
+        } else {
+            1.0
+        }
+    }
+}
+
+/// A plan step as the evaluator sees it, for [`tasks_from_steps`].
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum SimStep {
+    /// A launch or copy.
+    Work {
+        /// The stream.
+        stream: StreamId,
+        /// Time without overhead, microseconds.
+        duration_us: f64,
+        /// Fraction of the device.
+        occupancy: f64,
+    },
+    /// Record `event` on `stream`: it completes when everything submitted to `stream` so far has.
+    Record {
+        /// The stream.
+        stream: StreamId,
+        /// The event.
+        event: u32,
+    },
+    /// Make `stream`'s later work wait for the latest earlier record of `event`.
+    Wait {
+        /// The stream.
+        stream: StreamId,
+        /// The event.
+        event: u32,
+    },
+}
+
+/// Turn plan-like steps (submission order) into tasks: one per `Work` step, in order; a `Wait` makes the next
+/// work on its stream depend on the last work submitted to the recording stream before the matching `Record`
+/// (CUDA semantics: the latest record before the wait; a record on a stream with no work yet is complete at
+/// once). Returns the tasks and, for each task, the index of its step.
+pub fn tasks_from_steps(steps: &[SimStep]) -> Result<(Vec<Task>, Vec<usize>), TimingError> {
+    let mut tasks: Vec<Task> = Vec::new();
+    let mut step_of = Vec::new();
+    // Last task submitted to each stream, and the task each event captured (None: nothing to wait for).
+    let mut last_on: HashMap<StreamId, TaskId> = HashMap::new();
+    let mut recorded: HashMap<u32, Option<TaskId>> = HashMap::new();
+    let mut pending: HashMap<StreamId, Vec<TaskId>> = HashMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        match *step {
+            SimStep::Work { stream, duration_us, occupancy } => {
+                let mut deps = pending.remove(&stream).unwrap_or_default();
+                deps.sort_unstable();
+                deps.dedup();
+                let id = TaskId::from_index(tasks.len());
+                tasks.push(Task { stream, duration_us, occupancy, deps });
+                step_of.push(i);
+                last_on.insert(stream, id);
+            }
+            SimStep::Record { stream, event } => {
+                recorded.insert(event, last_on.get(&stream).copied());
+            }
+            SimStep::Wait { stream, event } => match recorded.get(&event) {
+                None => return Err(TimingError::WaitBeforeRecord { step: i, event }),
+                Some(None) => {}
+                Some(Some(t)) => pending.entry(stream).or_default().push(*t),
+            },
+        }
+    }
+    Ok((tasks, step_of))
+}
+
+/// Dense stream indices (in `StreamId` order) and each task's.
+fn compact_streams(tasks: &[Task]) -> (Vec<StreamId>, Vec<usize>) {
+    let mut ids: BTreeMap<StreamId, usize> = tasks.iter().map(|t| (t.stream, 0)).collect();
+    let streams: Vec<StreamId> = ids.keys().copied().collect();
+    for (i, v) in ids.values_mut().enumerate() {
+        *v = i;
+    }
+    let of = tasks.iter().map(|t| ids.get(&t.stream).copied().unwrap_or(0)).collect();
+    (streams, of)
+}
+
+fn validate(tasks: &[Task], overhead_us: f64) -> Result<(), TimingError> {
+    if !overhead_us.is_finite() || overhead_us < 0.0 {
+        return Err(TimingError::BadOverhead(overhead_us));
+    }
+    for (i, t) in tasks.iter().enumerate() {
+        let task = TaskId::from_index(i);
+        if !t.duration_us.is_finite() || t.duration_us < 0.0 {
+            return Err(TimingError::BadDuration { task, value: t.duration_us });
+        }
+        if !(t.occupancy > 0.0 && t.occupancy <= 1.0) {
+            return Err(TimingError::BadOccupancy { task, value: t.occupancy });
+        }
+        if let Some(&dep) = t.deps.iter().find(|d| d.index() >= i) {
+            return Err(TimingError::DependencyNotEarlier { task, dep });
+        }
+    }
+    Ok(())
+}
+
+/// The makespan bound of `tasks` with `overhead_us` per launch, without simulating.
+pub fn bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, TimingError> {
+    validate(tasks, overhead_us)?;
+    Ok(bound_unchecked(tasks, overhead_us))
+}
+
+fn bound_unchecked(tasks: &[Task], overhead_us: f64) -> MakespanBound {
+    let (streams, stream_of) = compact_streams(tasks);
+    let mut last_on: Vec<Option<usize>> = vec![None; streams.len()];
+    // finish[i]: longest path ending with task i; via[i]: its predecessor on that path.
+    let mut finish = vec![0f64; tasks.len()];
+    let mut via: Vec<Option<usize>> = vec![None; tasks.len()];
+    let mut area = 0f64;
+    let mut best: Option<usize> = None;
+    for (i, t) in tasks.iter().enumerate() {
+        let time = t.duration_us + overhead_us;
+        area += time * t.occupancy;
+        let s = stream_of[i];
+        let mut from = last_on[s];
+        for d in &t.deps {
+            let d = d.index();
+            if from.is_none_or(|f| finish[d] > finish[f]) {
+                from = Some(d);
+            }
+        }
+        finish[i] = from.map_or(0.0, |f| finish[f]) + time;
+        via[i] = from;
+        last_on[s] = Some(i);
+        if best.is_none_or(|b| finish[i] > finish[b]) {
+            best = Some(i);
+        }
+    }
+    let mut path = Vec::new();
+    let mut cur = best;
+    while let Some(i) = cur {
+        path.push(TaskId::from_index(i));
+        cur = via[i];
+    }
+    path.reverse();
+    let cp = best.map_or(0.0, |b| finish[b]);
+    MakespanBound { critical_path_us: cp, area_us: area, bound_us: cp.max(area), critical_path: path }
+}
+
+/// A running task in the heap: ordered by virtual deadline, earliest first, then by id.
+#[derive(Clone, Copy, Debug)]
+struct Running {
+    deadline: f64,
+    task: usize,
+}
+
+impl PartialEq for Running {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Running {}
+impl PartialOrd for Running {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Running {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Reversed: BinaryHeap is a max-heap and we want the earliest deadline on top.
+        o.deadline.total_cmp(&self.deadline).then(o.task.cmp(&self.task))
+    }
+}
+
+/// Simulate `tasks` (in submission order) with `overhead_us` added to every launch.
+pub fn simulate(tasks: &[Task], overhead_us: f64) -> Result<Timeline, TimingError> {
+    validate(tasks, overhead_us)?;
+    let n = tasks.len();
+    let (streams, stream_of) = compact_streams(tasks);
+    let ns = streams.len();
+    // Each stream's tasks in order, and a cursor to its next unstarted task.
+    let mut queue: Vec<Vec<usize>> = vec![Vec::new(); ns];
+    for (i, &s) in stream_of.iter().enumerate() {
+        queue[s].push(i);
+    }
+    let mut cursor = vec![0usize; ns];
+    // Unfinished dependencies per task, and dependents of each task (CSR).
+    let mut waiting = vec![0u32; n];
+    let mut out_start = vec![0usize; n + 1];
+    for t in tasks {
+        for d in &t.deps {
+            out_start[d.index() + 1] += 1;
+        }
+    }
+    for i in 0..n {
+        out_start[i + 1] += out_start[i];
+    }
+    let mut fill = out_start.clone();
+    let mut dependents = vec![0usize; out_start[n]];
+    for (i, t) in tasks.iter().enumerate() {
+        waiting[i] = t.deps.len() as u32;
+        for d in &t.deps {
+            dependents[fill[d.index()]] = i;
+            fill[d.index()] += 1;
+        }
+    }
+    let mut start = vec![f64::NAN; n];
+    let mut end = vec![f64::NAN; n];
+    let mut busy_on = vec![false; ns];
+    let mut heap: BinaryHeap<Running> = BinaryHeap::new();
+    let (mut now, mut virt, mut load) = (0f64, 0f64, 0f64);
+    let mut running = 0usize;
+
+    // Start the next task of stream `s` if nothing runs there and its dependencies are done.
+    let try_start = |s: usize,
+                     now: f64,
+                     virt: f64,
+                     cursor: &[usize],
+                     busy_on: &mut [bool],
+                     waiting: &[u32],
+                     start: &mut [f64],
+                     heap: &mut BinaryHeap<Running>,
+                     load: &mut f64,
+                     running: &mut usize| {
+        if busy_on[s] {
+            return;
+        }
+        let Some(&i) = queue[s].get(cursor[s]) else { return };
+        if waiting[i] > 0 {
+            return;
+        }
+        busy_on[s] = true;
+        start[i] = now;
+        *load += tasks[i].occupancy;
+        *running += 1;
+        heap.push(Running { deadline: virt + tasks[i].duration_us + overhead_us, task: i });
+    };
+
+    for s in 0..ns {
+        try_start(s, now, virt, &cursor, &mut busy_on, &waiting, &mut start, &mut heap, &mut load, &mut running);
+    }
+    let mut finished: Vec<usize> = Vec::new();
+    while let Some(&first) = heap.peek() {
+        let speed = if load > 1.0 { 1.0 / load } else { 1.0 };
+        now += (first.deadline - virt).max(0.0) / speed;
+        virt = virt.max(first.deadline);
+        finished.clear();
+        while heap.peek().is_some_and(|r| r.deadline <= virt) {
+            if let Some(r) = heap.pop() {
+                finished.push(r.task);
+            }
+        }
+        for &i in &finished {
+            end[i] = now;
+            let s = stream_of[i];
+            busy_on[s] = false;
+            cursor[s] += 1;
+            load -= tasks[i].occupancy;
+            running -= 1;
+            for &j in &dependents[out_start[i]..out_start[i + 1]] {
+                waiting[j] -= 1;
+            }
+        }
+        if running == 0 {
+            // Exact zero, so rounding never leaves a phantom load behind.
+            load = 0.0;
+        }
+        // Finishing may unblock the finished tasks' streams and their dependents' streams.
+        for &i in &finished {
+            let s = stream_of[i];
+            try_start(s, now, virt, &cursor, &mut busy_on, &waiting, &mut start, &mut heap, &mut load, &mut running);
+            for &j in &dependents[out_start[i]..out_start[i + 1]] {
+                let sj = stream_of[j];
+                try_start(
+                    sj,
+                    now,
+                    virt,
+                    &cursor,
+                    &mut busy_on,
+                    &waiting,
+                    &mut start,
+                    &mut heap,
+                    &mut load,
+                    &mut running,
+                );
+            }
+        }
+    }
+    // Dependencies point to earlier tasks, so the earliest unfinished task can always start: nothing is left.
+    let mut busy = vec![0f64; ns];
+    for i in 0..n {
+        busy[stream_of[i]] += end[i] - start[i];
+    }
+    let makespan = end.iter().copied().fold(0f64, f64::max);
+    Ok(Timeline {
+        start_us: start,
+        end_us: end,
+        makespan_us: makespan,
+        bound: bound_unchecked(tasks, overhead_us),
+        stream_busy_us: streams.into_iter().zip(busy).collect(),
+        overhead_us,
+    })
+}
+
+/// Simulate `tasks` on `device` with the overhead of `mode`.
+pub fn simulate_on(tasks: &[Task], device: &DeviceProfile, mode: LaunchMode) -> Result<Timeline, TimingError> {
+    simulate(tasks, mode.overhead_us(device))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(stream: u32, d: f64, occ: f64, deps: &[u32]) -> Task {
+        Task {
+            stream: StreamId(stream),
+            duration_us: d,
+            occupancy: occ,
+            deps: deps.iter().map(|&x| TaskId(x)).collect(),
+        }
+    }
+
+    #[test]
+    fn zero_duration_tasks_finish_at_once() {
+        let t = simulate(&[task(0, 0.0, 1.0, &[]), task(1, 0.0, 1.0, &[0])], 0.0).unwrap();
+        assert_eq!(t.makespan_us, 0.0);
+        assert_eq!(t.end_us, vec![0.0, 0.0]);
+    }
+}

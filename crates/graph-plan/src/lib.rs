@@ -23,6 +23,9 @@ pub use plan::{
 };
 pub use verify::{verify, Violation};
 
+/// The shared timing evaluator (event-driven simulation of streams on a device profile).
+pub use graph_passes::timing;
+
 /// The IR types plans mention, re-exported so executors need no other dependency.
 pub use graph_ir::{self as ir, op, DType, GraphError, GraphResult, Op, OpCost, Shape};
 /// Pass types plans mention (regions, kernel kinds, device profiles, fusion caps).
