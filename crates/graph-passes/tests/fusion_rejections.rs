@@ -190,7 +190,7 @@ fn pattern_prologue_two_anchors_other_domain_and_size_change() {
     let why =
         |a: &str, b: &str| p.decisions.iter().find(|d| d.producer == a && d.consumer == b).unwrap().detail.clone();
     assert!(why("relu", "mm1").contains("no prologue"));
-    assert!(why("mm2", "sum0").contains("an anchor and a reduction"));
+    assert!(why("mm2", "sum0").contains("an anchor ('mm2') and a reduction"));
     assert!(why("sum0", "sum1").contains("different rows"));
     assert!(why("col", "wide").contains("leaves the epilogue"));
 }
@@ -235,7 +235,7 @@ fn cycle_check_budget() {
     let p = fuse(&g, &FusionOptions::default());
     assert_eq!(verdict(&p, "a", "res"), Some(RejectReason::CycleCheckBudget));
     assert_eq!(p.groups.len(), 9001);
-    assert!(p.stats.dag_visits_max > 1 << 14);
+    assert!(p.stats.dag_visits_max > 1 << 11);
 }
 
 #[test]

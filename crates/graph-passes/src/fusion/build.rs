@@ -1,14 +1,14 @@
 //! The three phases of the pass and the final assembly of groups (module docs of `fusion`).
 
-use graph_ir::{ComputeGraph, NodeId, OpCategory, TensorId};
+use graph_ir::{ComputeGraph, NodeId, TensorRole};
 use slotmap::SecondaryMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::BinaryHeap;
 
-use super::dag::{Dag, Stop};
+use super::dag::{Dag, Plan, Stop};
 use super::dense::{Dense, NONE};
 use super::model::Model;
-use super::rules::{Groups, Reject};
+use super::rules::{Groups, Reject, Why};
 use super::{
     FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, FusionTarget, GroupKind,
     RejectReason,
@@ -16,18 +16,22 @@ use super::{
 use crate::ids::GroupId;
 use crate::topo::TopoOrder;
 
-/// Work budget of one cycle check and reorder (groups and edges visited).
-const DAG_BUDGET: u64 = 1 << 14;
+/// Most work one cycle check may do (groups and edges visited).
+const LOCAL_BUDGET: u64 = 1 << 11;
+/// Work every cycle check may do even when the pass's total budget is spent (local merges stay exact).
+const FLOOR_BUDGET: u64 = 1 << 8;
+/// Total work of all cycle checks, per node and edge of the graph.
+const GLOBAL_BUDGET_PER_ITEM: u64 = 32;
 /// Most rounds of phase 2.
-const MAX_ROUNDS: usize = 8;
+const MAX_ROUNDS: u32 = 8;
 
-/// The latest verdict on one producer -> consumer edge.
+/// A verdict on an edge or a horizontal pair.
 #[derive(Clone, Debug)]
 struct Verdict {
     reason: Option<RejectReason>,
     phase: FusionPhase,
     score: i64,
-    detail: String,
+    why: Option<Why>,
 }
 
 struct Pass<'a, 'g> {
@@ -35,64 +39,96 @@ struct Pass<'a, 'g> {
     opts: &'a FusionOptions,
     groups: Groups,
     model: Model,
-    verdicts: HashMap<(u32, u32), Verdict>,
-    horizontal: Vec<FusionDecision>,
+    dag: Option<Dag>,
+    /// Work left for cycle checks.
+    budget_left: u64,
+    verdicts: Vec<Verdict>,
+    /// Verdict index of each edge (`NONE`: never evaluated).
+    edge_verdict: Vec<u32>,
+    /// Horizontal candidates: (first sibling's node, second sibling's node, shared tensor, verdict).
+    horizontal: Vec<(u32, u32, u32, u32)>,
     stats: FusionStats,
 }
 
 pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &FusionTarget) -> FusionPlan {
     let d = Dense::new(graph, order);
+    let model = Model::new(&d, target);
+    let items = (d.len() + d.num_edges()) as u64;
     let mut p = Pass {
-        groups: Groups::new(&d),
-        model: Model::new(&d, target),
+        groups: Groups::new(&d, &model.flops),
+        model,
         d: &d,
         opts,
-        verdicts: HashMap::new(),
+        dag: None,
+        budget_left: GLOBAL_BUDGET_PER_ITEM.saturating_mul(items).saturating_add(1 << 16),
+        verdicts: Vec::new(),
+        edge_verdict: vec![NONE; d.num_edges()],
         horizontal: Vec::new(),
         stats: FusionStats::default(),
     };
     if opts.enabled {
         p.vertical();
         if opts.caps.multi_output {
-            let mut dag = Dag::new(&d, &p.groups, DAG_BUDGET);
-            p.multi_output(&mut dag);
+            p.multi_output();
             if opts.horizontal {
-                p.horizontal(&mut dag);
+                p.horizontal();
             }
-            p.stats.dag_visits = dag.visits;
-            p.stats.dag_visits_max = dag.max_visits;
         }
     } else {
-        for i in 0..d.len() as u32 {
-            for &c in &d.succ[i as usize] {
-                p.record(i, c, Some(RejectReason::Disabled), FusionPhase::Vertical, 0, "fusion is off".into());
-            }
-        }
+        let v = p.verdict(Verdict {
+            reason: Some(RejectReason::Disabled),
+            phase: FusionPhase::Vertical,
+            score: 0,
+            why: Some(Why::Disabled),
+        });
+        p.edge_verdict.iter_mut().for_each(|e| *e = v);
+    }
+    if let Some(dag) = &p.dag {
+        p.stats.dag_visits = dag.visits;
+        p.stats.dag_visits_max = dag.max_visits;
     }
     p.finish(order)
 }
 
 impl Pass<'_, '_> {
-    fn record(&mut self, p: u32, c: u32, reason: Option<RejectReason>, phase: FusionPhase, score: i64, detail: String) {
-        self.verdicts.insert((p, c), Verdict { reason, phase, score, detail });
+    fn verdict(&mut self, v: Verdict) -> u32 {
+        self.verdicts.push(v);
+        (self.verdicts.len() - 1) as u32
     }
 
-    /// Record one verdict on every edge from group `a` to group `b`.
-    fn record_between(&mut self, a: u32, b: u32, v: &Verdict) {
+    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide).
+    fn set_edge(&mut self, e: usize, v: u32) {
+        let old = self.edge_verdict[e];
+        if old == NONE || self.verdicts[old as usize].reason != self.verdicts[v as usize].reason {
+            self.edge_verdict[e] = v;
+        }
+    }
+
+    /// Record one verdict on every edge from group `a` to group `b`, walking the smaller side.
+    fn record_between(&mut self, a: u32, b: u32, v: Verdict) {
         let d = self.d;
+        let k = self.verdict(v);
         let mut edges = Vec::new();
-        for &m in &self.groups.g[a as usize].members {
-            for &c in &d.succ[m as usize] {
-                if self.groups.owner[c as usize] == b {
-                    edges.push((m, c));
+        if self.groups.size(a) <= self.groups.size(b) {
+            for &m in self.groups.members(a) {
+                for (e, &c) in d.edges(m).zip(d.succ(m)) {
+                    if self.groups.owner[c as usize] == b {
+                        edges.push(e);
+                    }
+                }
+            }
+        } else {
+            for &c in self.groups.members(b) {
+                for &t in d.inputs(c) {
+                    let p = d.kprod[t as usize];
+                    if p != NONE && self.groups.owner[p as usize] == a {
+                        edges.extend(d.edge(p, c));
+                    }
                 }
             }
         }
         for e in edges {
-            // A later phase that reaches the same verdict keeps the earlier record (the first phase to decide).
-            if self.verdicts.get(&e).is_none_or(|old| old.reason != v.reason) {
-                self.verdicts.insert(e, v.clone());
-            }
+            self.set_edge(e, k);
         }
     }
 
@@ -101,112 +137,128 @@ impl Pass<'_, '_> {
     fn vertical(&mut self) {
         let d = self.d;
         for p in (0..d.len() as u32).rev() {
-            if d.is_view(p) || d.succ[p as usize].is_empty() {
+            let cons = d.succ(p);
+            if d.is_view(p) || cons.is_empty() {
                 continue;
             }
-            let cons = &d.succ[p as usize];
-            let mut owners: Vec<u32> = cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
-            owners.sort_unstable();
-            owners.dedup();
-            let pg = self.groups.owner[p as usize];
-            let escapes_graph = d.outputs(p).iter().any(|&t| d.is_output(t));
-            let verdict: Result<i64, Reject> = if owners.len() > 1 {
-                let ex = cons.iter().find(|&&c| self.groups.owner[c as usize] != owners[0]).copied().unwrap_or(p);
-                Err((
-                    RejectReason::MultiConsumer,
-                    format!("'{}' is read by {} kernels (e.g. by '{}')", d.name(p), owners.len(), d.name(ex)),
-                ))
+            let first = self.groups.owner[cons[0] as usize];
+            let v = if let Some(&other) = cons.iter().find(|&&c| self.groups.owner[c as usize] != first) {
+                let mut owners: Vec<u32> = cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
+                owners.sort_unstable();
+                owners.dedup();
+                Verdict {
+                    reason: Some(RejectReason::MultiConsumer),
+                    phase: FusionPhase::Vertical,
+                    score: 0,
+                    why: Some(Why::MultiConsumer { p, kernels: owners.len(), example: other }),
+                }
             } else {
-                self.try_join(pg, owners[0], escapes_graph)
+                match self.try_join(p, first) {
+                    Ok(score) => {
+                        self.stats.merges_vertical += 1;
+                        Verdict { reason: None, phase: FusionPhase::Vertical, score, why: None }
+                    }
+                    Err((reason, why)) => {
+                        Verdict { reason: Some(reason), phase: FusionPhase::Vertical, score: 0, why: Some(why) }
+                    }
+                }
             };
-            match verdict {
-                Ok(score) => {
-                    for &c in cons {
-                        self.record(p, c, None, FusionPhase::Vertical, score, String::new());
-                    }
-                    self.stats.merges_vertical += 1;
-                }
-                Err((reason, detail)) => {
-                    for &c in cons {
-                        self.record(p, c, Some(reason), FusionPhase::Vertical, 0, detail.clone());
-                    }
-                }
+            let k = self.verdict(v);
+            for e in d.edges(p) {
+                self.edge_verdict[e] = k;
             }
         }
     }
 
-    /// Try to merge producer group `pg` into consumer group `cg` in phase 1; Ok carries the score.
-    fn try_join(&mut self, pg: u32, cg: u32, escapes_graph: bool) -> Result<i64, Reject> {
+    /// Try to merge producer `p` (still alone) into consumer group `cg` in phase 1; Ok carries the score.
+    fn try_join(&mut self, p: u32, cg: u32) -> Result<i64, Reject> {
         let d = self.d;
         let caps = &self.opts.caps;
-        let pv = self.groups.preview(d, pg, cg);
-        // Across-custom/copy come first: they hold whatever else is true.
-        let (a, b) = (&self.groups.g[pg as usize], &self.groups.g[cg as usize]);
-        for g in [a, b] {
-            match g.kind {
-                GroupKind::Custom => return Err((RejectReason::AcrossCustom, "a custom kernel never fuses".into())),
-                GroupKind::Copy => return Err((RejectReason::AcrossCopy, "a host/device copy never fuses".into())),
+        let pg = self.groups.owner[p as usize];
+        for g in [pg, cg] {
+            match self.groups.g[g as usize].kind {
+                GroupKind::Custom => return Err((RejectReason::AcrossCustom, Why::Custom)),
+                GroupKind::Copy => return Err((RejectReason::AcrossCopy, Why::Copy)),
                 _ => {}
             }
         }
-        if escapes_graph {
-            return Err((RejectReason::GraphOutput, format!("'{}' writes a graph output", d.name(a.members[0]))));
+        if d.outputs(p).iter().any(|&t| d.is_output(t)) {
+            return Err((RejectReason::GraphOutput, Why::GraphOutput { p }));
         }
-        let merged = self.groups.legal(d, caps, pg, cg, &pv)?;
-        let score = self.model.score(d, a, b, &pv);
-        if let Some(why) = self.model.loses_concurrency(d, a, b, &pv, &self.groups.owner, (pg, cg)) {
+        let merged = self.groups.structural(d, caps, pg, cg)?;
+        let pv = self.groups.preview(d, pg, cg);
+        self.groups.shaped(d, caps, pg, cg, &merged, &pv)?;
+        if let Some(why) = self.model.loses_concurrency(d, &self.groups, pg, cg, &pv) {
             return Err((RejectReason::LosesConcurrency, why));
         }
-        self.groups.merge(pg, cg, pv, merged);
+        let score = self.model.score(d, &self.groups, pg, cg);
+        self.groups.merge(pg, cg, pv, merged, 0);
         Ok(score)
     }
 
     /// Phase 2: producer/consumer group pairs, best score first, in rounds; the merged kernel may write several
-    /// results.
-    fn multi_output(&mut self, dag: &mut Dag) {
+    /// results. Round 1 tries every pair; later rounds only pairs with a group that changed in the round before.
+    fn multi_output(&mut self) {
         let d = self.d;
-        for _ in 0..MAX_ROUNDS {
+        for round in 1..=MAX_ROUNDS {
             self.stats.multi_output_rounds += 1;
-            // Candidates: one per (producer group, consumer group), named by its first edge.
-            let mut seen: HashSet<(u32, u32)> = HashSet::new();
-            let mut cands: Vec<(i64, u32, u32, u32, u32)> = Vec::new();
-            for (gi, g) in self.groups.g.iter().enumerate() {
-                if !g.alive {
+            // One candidate per (producer group, consumer group), named by its first edge.
+            let mut pairs: Vec<(u64, u32, u32)> = Vec::new();
+            for x in 0..self.groups.g.len() as u32 {
+                let gx = &self.groups.g[x as usize];
+                if !gx.alive {
                     continue;
                 }
-                let mut ms = g.members.clone();
-                ms.sort_unstable();
-                for &m in &ms {
-                    for &c in &d.succ[m as usize] {
-                        let h = self.groups.owner[c as usize];
-                        if h != gi as u32 && seen.insert((gi as u32, h)) {
-                            let pv = self.groups.preview(d, gi as u32, h);
-                            let s = self.model.score(d, g, &self.groups.g[h as usize], &pv);
-                            cands.push((s, dag.slot[h as usize], dag.slot[gi], m, c));
+                for &m in self.groups.members(x) {
+                    for &c in d.succ(m) {
+                        let y = self.groups.owner[c as usize];
+                        let fresh = round == 1 || gx.epoch + 1 == round || self.groups.g[y as usize].epoch + 1 == round;
+                        if y != x && fresh {
+                            pairs.push((((x as u64) << 32) | y as u64, m, c));
                         }
                     }
                 }
             }
-            cands.sort_unstable_by_key(|&(s, sy, sx, m, c)| (Reverse(s), sy, sx, m, c));
+            pairs.sort_unstable();
+            pairs.dedup_by_key(|p| p.0);
+            let mut cands: Vec<(Reverse<i64>, u32, u32, u32, u32)> = Vec::new();
+            for &(key, m, c) in &pairs {
+                let (x, y) = ((key >> 32) as u32, key as u32);
+                match self.groups.structural(d, &self.opts.caps, x, y) {
+                    Ok(_) => {
+                        let s = self.model.score(d, &self.groups, x, y);
+                        cands.push((Reverse(s), self.groups.g[y as usize].lo, self.groups.g[x as usize].lo, m, c));
+                    }
+                    Err((reason, why)) => {
+                        let v =
+                            Verdict { reason: Some(reason), phase: FusionPhase::MultiOutput, score: 0, why: Some(why) };
+                        self.record_between(x, y, v);
+                    }
+                }
+            }
+            cands.sort_unstable();
             let mut merged_any = false;
             for (_, _, _, m, c) in cands {
                 let (x, y) = (self.groups.owner[m as usize], self.groups.owner[c as usize]);
                 if x == y {
                     continue;
                 }
-                let v = match self.try_merge(dag, x, y) {
+                match self.try_merge(x, y, round) {
                     Ok(score) => {
                         merged_any = true;
                         self.stats.merges_multi_output += 1;
-                        // Every edge between the two is now inside one kernel.
-                        self.record(m, c, None, FusionPhase::MultiOutput, score, String::new());
-                        continue;
+                        let k =
+                            self.verdict(Verdict { reason: None, phase: FusionPhase::MultiOutput, score, why: None });
+                        if let Some(e) = d.edge(m, c) {
+                            self.edge_verdict[e] = k;
+                        }
                     }
-                    Err((reason, score, detail)) => {
-                        Verdict { reason: Some(reason), phase: FusionPhase::MultiOutput, score, detail }
+                    Err((reason, score, why)) => {
+                        let v =
+                            Verdict { reason: Some(reason), phase: FusionPhase::MultiOutput, score, why: Some(why) };
+                        self.record_between(x, y, v);
                     }
-                };
-                self.record_between(x, y, &v);
+                }
             }
             if !merged_any {
                 break;
@@ -214,57 +266,54 @@ impl Pass<'_, '_> {
         }
     }
 
-    /// Try to merge groups `x` and `y` (`x` ordered first) in phases 2 and 3.
-    fn try_merge(&mut self, dag: &mut Dag, x: u32, y: u32) -> Result<i64, (RejectReason, i64, String)> {
+    /// Try to merge groups `x` and `y` in phases 2 and 3: legality, the exact cycle check, concurrency.
+    fn try_merge(&mut self, x: u32, y: u32, epoch: u32) -> Result<i64, (RejectReason, i64, Why)> {
         let d = self.d;
+        let caps = &self.opts.caps;
+        let merged = self.groups.structural(d, caps, x, y).map_err(|(r, w)| (r, 0, w))?;
+        let score = self.model.score(d, &self.groups, x, y);
         let pv = self.groups.preview(d, x, y);
-        let (a, b) = (&self.groups.g[x as usize], &self.groups.g[y as usize]);
-        let score = self.model.score(d, a, b, &pv);
-        let merged = self.groups.legal(d, &self.opts.caps, x, y, &pv).map_err(|(r, s)| (r, score, s))?;
+        self.groups.shaped(d, caps, x, y, &merged, &pv).map_err(|(r, w)| (r, score, w))?;
+        let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));
         let (x, y) = dag.ordered(x, y);
-        let plan = match dag.check(&self.groups, x, y) {
-            Ok(p) => p,
+        let budget = LOCAL_BUDGET.min(FLOOR_BUDGET.max(self.budget_left));
+        let before = dag.visits;
+        let checked = dag.check(&self.groups, x, y, budget);
+        self.budget_left = self.budget_left.saturating_sub(dag.visits - before);
+        let plan: Plan = match checked {
+            Ok(plan) => plan,
             Err(Stop::Cycle(z)) => {
-                let via = self.groups.g[z as usize].members.first().map_or("?", |&n| d.name(n));
-                return Err((
-                    RejectReason::WouldCycle,
-                    score,
-                    format!(
-                        "a path from '{}' through '{}' reaches '{}'",
-                        d.name(a.members[0]),
-                        via,
-                        d.name(b.members[0])
-                    ),
-                ));
+                let (from, via, to) =
+                    (self.groups.g[x as usize].lo, self.groups.g[z as usize].lo, self.groups.g[y as usize].lo);
+                return Err((RejectReason::WouldCycle, score, Why::Cycle { from, via, to }));
             }
-            Err(Stop::Budget) => {
-                return Err((RejectReason::CycleCheckBudget, score, format!("more than {DAG_BUDGET} steps")));
-            }
+            Err(Stop::Budget(work)) => return Err((RejectReason::CycleCheckBudget, score, Why::Budget { work })),
         };
-        let (a, b) = (&self.groups.g[x as usize], &self.groups.g[y as usize]);
-        if let Some(why) = self.model.loses_concurrency(d, a, b, &pv, &self.groups.owner, (x, y)) {
+        if let Some(why) = self.model.loses_concurrency(d, &self.groups, x, y, &pv) {
             return Err((RejectReason::LosesConcurrency, score, why));
         }
-        let (keep, gone) = self.groups.merge(x, y, pv, merged);
-        dag.contract(&self.groups, plan, x, y, keep, gone);
+        let (keep, gone) = self.groups.merge(x, y, pv, merged, epoch);
+        if let Some(dag) = self.dag.as_mut() {
+            dag.contract(&self.groups, plan, x, y, keep, gone);
+        }
         Ok(score)
     }
 
     /// Phase 3: launch-bound groups that read the same tensor and do not depend on each other.
-    fn horizontal(&mut self, dag: &mut Dag) {
+    fn horizontal(&mut self) {
         let d = self.d;
         let small = self.model.launch_bytes;
-        let mut roots: Vec<TensorId> = d.readers.keys().collect();
-        roots.sort_unstable_by_key(|&t| (d.producer(t).map_or(0, |p| p + 1), t));
-        for t in roots {
-            let Some(r) = d.readers.get(t) else { continue };
-            let mut sib: Vec<u32> = r.cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
+        for t in 0..d.tids.len() as u32 {
+            if d.root[t as usize] != t || d.readers(t).len() < 2 {
+                continue;
+            }
+            let mut sib: Vec<u32> = d.readers(t).iter().map(|&c| self.groups.owner[c as usize]).collect();
             sib.sort_unstable();
             sib.dedup();
             if sib.len() < 2 {
                 continue;
             }
-            sib.sort_unstable_by_key(|&g| dag.slot[g as usize]);
+            sib.sort_unstable_by_key(|&g| self.groups.g[g as usize].lo);
             let mut acc: Option<u32> = None;
             for g in sib {
                 let g = self.groups.resolve(g);
@@ -272,120 +321,112 @@ impl Pass<'_, '_> {
                     acc = Some(g);
                     continue;
                 };
-                let (an, gn) = (self.groups.g[a as usize].members[0], self.groups.g[g as usize].members[0]);
-                let mut dec = FusionDecision {
-                    producer: d.name(an).to_string(),
-                    consumer: d.name(gn).to_string(),
-                    rejected: None,
-                    phase: FusionPhase::Horizontal,
-                    tensor: d.graph.tensor(t).name.clone(),
-                    score: 0,
-                    detail: String::new(),
-                };
-                let (ga, gg) = (&self.groups.g[a as usize], &self.groups.g[g as usize]);
-                let big = [ga, gg]
-                    .into_iter()
-                    .map(|x| (x, Model::bytes(d, &x.inputs, &x.escaping)))
-                    .find(|&(x, b)| b > small || x.kind == GroupKind::Anchor);
-                let (o1, o2) = dag.ordered(a, g);
-                let outcome = if let Some((x, bytes)) = big {
-                    let name = d.name(x.members[0]);
-                    if x.kind == GroupKind::Anchor {
-                        Err((
-                            RejectReason::Pattern,
-                            0,
-                            format!("'{name}' is an anchor (horizontal fusion is for loop and row kernels)"),
-                        ))
-                    } else {
-                        Err((
-                            RejectReason::NotSmall,
-                            0,
-                            format!("'{name}' moves {bytes} bytes, more than one launch is worth ({small})"),
-                        ))
-                    }
-                } else if dag.has_edge(&self.groups, o1, o2) {
-                    Err((RejectReason::WouldCycle, 0, "one sibling reads the other".to_string()))
-                } else {
-                    self.try_merge(dag, o1, o2)
-                };
-                match outcome {
+                let (an, gn) = (self.groups.g[a as usize].lo, self.groups.g[g as usize].lo);
+                let outcome = self.try_horizontal(a, g, small);
+                let v = match outcome {
                     Ok(score) => {
-                        dec.score = score;
                         self.stats.merges_horizontal += 1;
                         acc = Some(self.groups.owner[an as usize]);
+                        Verdict { reason: None, phase: FusionPhase::Horizontal, score, why: None }
                     }
-                    Err((reason, score, detail)) => {
-                        dec.rejected = Some(reason);
-                        dec.score = score;
-                        dec.detail = detail;
+                    Err((reason, score, why)) => {
                         acc = Some(g);
+                        Verdict { reason: Some(reason), phase: FusionPhase::Horizontal, score, why: Some(why) }
                     }
-                }
-                self.horizontal.push(dec);
+                };
+                let k = self.verdict(v);
+                self.horizontal.push((an, gn, t, k));
             }
         }
+    }
+
+    fn try_horizontal(&mut self, a: u32, g: u32, small: u64) -> Result<i64, (RejectReason, i64, Why)> {
+        let d = self.d;
+        for x in [a, g] {
+            let gx = &self.groups.g[x as usize];
+            if gx.kind == GroupKind::Anchor {
+                return Err((RejectReason::Pattern, 0, Why::HorizontalAnchor { node: gx.anchor }));
+            }
+            let bytes = self.groups.bytes(d, x);
+            if bytes > small {
+                return Err((RejectReason::NotSmall, 0, Why::NotSmall { node: gx.lo, bytes, small }));
+            }
+        }
+        let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));
+        let (o1, o2) = dag.ordered(a, g);
+        if dag.has_edge(&self.groups, o1, o2) {
+            return Err((RejectReason::WouldCycle, 0, Why::Dependent));
+        }
+        self.try_merge(o1, o2, MAX_ROUNDS + 1)
     }
 
     /// Absorb views, order the groups topologically, and build the plan.
     fn finish(self, order: &TopoOrder) -> FusionPlan {
         let d = self.d;
-        let graph = d.graph;
         let groups = &self.groups;
         let mut stats = self.stats;
         stats.nodes = d.len();
-        // Live groups, densely numbered in order of their lowest member.
+        let n = d.len();
+        // Live groups, densely numbered in order of their lowest member; `gof[i]`: group of node i, views
+        // included once absorbed.
         let mut live: Vec<u32> = (0..groups.g.len() as u32).filter(|&g| groups.g[g as usize].alive).collect();
         live.sort_unstable_by_key(|&g| groups.g[g as usize].lo);
         let mut dense_of = vec![NONE; groups.g.len()];
         for (i, &g) in live.iter().enumerate() {
             dense_of[g as usize] = i as u32;
         }
-        let mut gid: SecondaryMap<NodeId, usize> = SecondaryMap::with_capacity(graph.num_nodes());
-        let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); live.len()];
-        for i in 0..d.len() as u32 {
-            let o = groups.owner[i as usize];
-            if o != NONE {
-                let g = dense_of[o as usize] as usize;
-                gid.insert(d.ids[i as usize], g);
-                members[g].push(d.ids[i as usize]);
-            }
-        }
+        let mut gof: Vec<u32> =
+            groups.owner.iter().map(|&o| if o == NONE { NONE } else { dense_of[o as usize] }).collect();
         // A view joins the group that writes its bytes when one of its (view-transparent) readers is in that
         // group: the kernel must not read through an outside alias what it writes itself.
-        for i in 0..d.len() as u32 {
+        for i in 0..n as u32 {
             if !d.is_view(i) {
                 continue;
             }
             stats.views += 1;
             let Some(&x) = d.inputs(i).first() else { continue };
-            let Some(p) = d.producer(x) else { continue };
+            let p = d.kprod[x as usize];
+            if p == NONE {
+                continue;
+            }
             let g = groups.owner[p as usize];
-            if view_readers(graph, order, d.outputs(i)).iter().any(|&c| groups.owner[c as usize] == g) {
-                let gi = dense_of[g as usize] as usize;
-                gid.insert(d.ids[i as usize], gi);
-                members[gi].push(d.ids[i as usize]);
+            if view_readers(d, order, d.outputs(i)).any(|c| groups.owner[c as usize] == g) {
+                gof[i as usize] = dense_of[g as usize];
                 stats.views_absorbed += 1;
             }
         }
         let kinds: Vec<GroupKind> = live.iter().map(|&g| groups.g[g as usize].kind).collect();
-        let mut decisions = Vec::new();
-        for p in 0..d.len() as u32 {
-            for &c in &d.succ[p as usize] {
-                let same = groups.owner[p as usize] == groups.owner[c as usize];
+        // Each verdict's text is formatted once: many edges share one (every edge between two groups).
+        let mut texts: Vec<Option<String>> = vec![None; self.verdicts.len()];
+        let mut text = |k: u32| -> String {
+            let slot = &mut texts[k as usize];
+            if slot.is_none() {
+                let v = &self.verdicts[k as usize];
+                *slot = Some(v.why.as_ref().map_or(String::new(), |w| w.text(d, &groups.domains)));
+            }
+            slot.clone().unwrap_or_default()
+        };
+        // Decisions: every edge between two kernels, with the verdict that kept them apart (fused edges are the
+        // groups themselves), then the horizontal candidates.
+        let across = (0..n as u32)
+            .map(|p| d.succ(p).iter().filter(|&&c| groups.owner[p as usize] != groups.owner[c as usize]).count())
+            .sum::<usize>();
+        let mut decisions = Vec::with_capacity(across + self.horizontal.len());
+        for p in 0..n as u32 {
+            for (e, &c) in d.edges(p).zip(d.succ(p)) {
+                if groups.owner[p as usize] == groups.owner[c as usize] {
+                    continue;
+                }
                 let tensor = d
                     .inputs(c)
                     .iter()
-                    .find(|&&t| d.producer(t) == Some(p))
-                    .map_or(String::new(), |&t| graph.tensor(t).name.clone());
-                let v = self.verdicts.get(&(p, c));
-                let (rejected, phase, score, detail) = match (same, v) {
-                    (true, Some(v)) if v.reason.is_none() => (None, v.phase, v.score, String::new()),
-                    (true, Some(v)) => (None, v.phase, v.score, "fused through another edge".to_string()),
-                    (true, None) => (None, FusionPhase::MultiOutput, 0, "fused through another edge".to_string()),
-                    (false, Some(v)) => (v.reason, v.phase, v.score, v.detail.clone()),
-                    (false, None) => {
-                        (Some(RejectReason::Pattern), FusionPhase::Vertical, 0, "not evaluated".to_string())
-                    }
+                    .find(|&&t| d.kprod[t as usize] == p)
+                    .map_or(String::new(), |&t| d.tname(t).into());
+                let k = self.edge_verdict[e];
+                let (rejected, phase, score, detail) = match (k != NONE).then(|| &self.verdicts[k as usize]) {
+                    Some(v) if v.reason.is_some() => (v.reason, v.phase, v.score, text(k)),
+                    // Unreachable: every edge between two kernels was evaluated and rejected.
+                    _ => (Some(RejectReason::Pattern), FusionPhase::MultiOutput, 0, "not evaluated".to_string()),
                 };
                 decisions.push(FusionDecision {
                     producer: d.name(p).to_string(),
@@ -398,68 +439,114 @@ impl Pass<'_, '_> {
                 });
             }
         }
-        decisions.extend(self.horizontal);
-        let mut plan = assemble(graph, order, members, kinds, gid, decisions);
+        for &(a, b, t, k) in &self.horizontal {
+            let v = &self.verdicts[k as usize];
+            decisions.push(FusionDecision {
+                producer: d.name(a).to_string(),
+                consumer: d.name(b).to_string(),
+                rejected: v.reason,
+                phase: FusionPhase::Horizontal,
+                tensor: d.tname(t).to_string(),
+                score: v.score,
+                detail: text(k),
+            });
+        }
+        let mut plan = assemble(d, order, gof, kinds, decisions);
         stats.groups = plan.groups.len();
         plan.stats = stats;
         plan
     }
 }
 
-/// Positions of the non-view nodes reading any of `ts` or a view of them.
-fn view_readers(graph: &ComputeGraph, order: &TopoOrder, ts: &[TensorId]) -> Vec<u32> {
+/// Positions of the non-view nodes reading any of `ts` (tensor indices) or a view of them.
+fn view_readers<'a>(d: &'a Dense<'_>, order: &'a TopoOrder, ts: &[u32]) -> impl Iterator<Item = u32> + 'a {
     let mut out = Vec::new();
-    let mut stack: Vec<TensorId> = ts.to_vec();
+    let mut stack: Vec<u32> = ts.to_vec();
     while let Some(t) = stack.pop() {
-        for &c in graph.consumers(t) {
-            let n = graph.node(c);
-            if n.op.category() == OpCategory::View {
-                stack.extend(n.outputs.iter().copied());
+        for &c in d.graph.consumers(d.tids[t as usize]) {
+            let i = order.position[c];
+            if d.is_view(i) {
+                stack.extend_from_slice(d.outputs(i));
             } else {
-                out.push(order.position[c]);
+                out.push(i);
             }
         }
     }
-    out
+    out.into_iter()
 }
 
 /// Order the groups topologically (ties: the group's first node position) and compute their external inputs and
-/// outputs.
+/// outputs. `gof[i]` is the group of node `i` (`NONE` for views outside groups).
 fn assemble(
-    graph: &ComputeGraph,
+    d: &Dense<'_>,
     order: &TopoOrder,
-    members: Vec<Vec<NodeId>>,
+    gof: Vec<u32>,
     kinds: Vec<GroupKind>,
-    gid: SecondaryMap<NodeId, usize>,
     decisions: Vec<FusionDecision>,
 ) -> FusionPlan {
-    let k = members.len();
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); k];
+    let graph = d.graph;
+    let n = d.len();
+    let k = kinds.len();
+    // Members of each group in position order (a counting sort): `members[moff[g]..moff[g + 1]]`.
+    let mut moff = vec![0u32; k + 1];
+    for &g in &gof {
+        if g != NONE {
+            moff[g as usize + 1] += 1;
+        }
+    }
+    for g in 0..k {
+        moff[g + 1] += moff[g];
+    }
+    let mut members = vec![0u32; moff[k] as usize];
+    let mut fill = moff.clone();
+    for (i, &g) in gof.iter().enumerate() {
+        if g != NONE {
+            members[fill[g as usize] as usize] = i as u32;
+            fill[g as usize] += 1;
+        }
+    }
+    let mem = |g: u32| &members[moff[g as usize] as usize..moff[g as usize + 1] as usize];
+    // Group DAG through the writers of each input's bytes.
+    let mut edges: Vec<(u32, u32)> = Vec::new();
     let mut indeg = vec![0u32; k];
-    for (g, nodes) in members.iter().enumerate() {
-        for &n in nodes {
-            for &t in &graph.node(n).inputs {
-                if let Some(p) = kernel_producer(graph, &gid, t) {
-                    if p != g && !succ[p].contains(&g) {
-                        succ[p].push(g);
-                        indeg[g] += 1;
-                    }
+    let mut mark = vec![NONE; k];
+    for g in 0..k as u32 {
+        for &i in mem(g) {
+            for &t in d.inputs(i) {
+                let p = d.kprod[t as usize];
+                if p == NONE {
+                    continue;
+                }
+                let w = gof[p as usize];
+                if w != g && mark[w as usize] != g {
+                    mark[w as usize] = g;
+                    edges.push((w, g));
+                    indeg[g as usize] += 1;
                 }
             }
         }
     }
-    let first: Vec<u32> = members.iter().map(|m| m.iter().map(|&n| order.position[n]).min().unwrap_or(0)).collect();
-    let mut ready: BinaryHeap<Reverse<(u32, usize)>> =
-        (0..k).filter(|&g| indeg[g] == 0).map(|g| Reverse((first[g], g))).collect();
-    let mut new_index = vec![usize::MAX; k];
+    edges.sort_unstable();
+    let mut soff = vec![0usize; k + 1];
+    for &(w, _) in &edges {
+        soff[w as usize + 1] += 1;
+    }
+    for g in 0..k {
+        soff[g + 1] += soff[g];
+    }
+    let succ = |g: u32| edges[soff[g as usize]..soff[g as usize + 1]].iter().map(|e| e.1);
+    let first: Vec<u32> = (0..k as u32).map(|g| mem(g).first().copied().unwrap_or(0)).collect();
+    let mut ready: BinaryHeap<Reverse<(u32, u32)>> =
+        (0..k as u32).filter(|&g| indeg[g as usize] == 0).map(|g| Reverse((first[g as usize], g))).collect();
+    let mut new_index = vec![NONE; k];
     let mut sequence = Vec::with_capacity(k);
     while let Some(Reverse((_, g))) = ready.pop() {
-        new_index[g] = sequence.len();
+        new_index[g as usize] = sequence.len() as u32;
         sequence.push(g);
-        for &s in &succ[g] {
-            indeg[s] -= 1;
-            if indeg[s] == 0 {
-                ready.push(Reverse((first[s], s)));
+        for s in succ(g) {
+            indeg[s as usize] -= 1;
+            if indeg[s as usize] == 0 {
+                ready.push(Reverse((first[s as usize], s)));
             }
         }
     }
@@ -467,65 +554,48 @@ fn assemble(
         // A cycle between groups: a bug in the legality checks. Fall back to one kernel per node, which is
         // always legal, rather than hand the later passes an unorderable plan.
         tracing::error!(groups = k, ordered = sequence.len(), "fusion produced a cyclic group graph; falling back");
-        return unfused(graph, order, decisions);
+        let mut gof = vec![NONE; n];
+        let mut kinds = Vec::new();
+        for i in 0..n as u32 {
+            if !d.is_view(i) {
+                gof[i as usize] = kinds.len() as u32;
+                kinds.push(GroupKind::of(d.cat[i as usize]));
+            }
+        }
+        return assemble(d, order, gof, kinds, decisions);
     }
-    let mut group_of: SecondaryMap<NodeId, GroupId> = SecondaryMap::with_capacity(graph.num_nodes());
-    for (n, &g) in gid.iter() {
-        group_of.insert(n, GroupId::from_index(new_index[g]));
+    let mut group_of: SecondaryMap<NodeId, GroupId> = SecondaryMap::with_capacity(n);
+    for i in 0..n {
+        if gof[i] != NONE {
+            group_of.insert(d.ids[i], GroupId(new_index[gof[i] as usize]));
+        }
     }
+    let mut seen = vec![NONE; d.tids.len()];
     let mut groups = Vec::with_capacity(k);
-    let mut members = members;
     for &g in &sequence {
-        let mut nodes = std::mem::take(&mut members[g]);
-        nodes.sort_by_key(|&n| order.position[n]);
-        let me = GroupId::from_index(new_index[g]);
-        let mut inputs: Vec<TensorId> = Vec::new();
-        let mut outputs: Vec<TensorId> = Vec::new();
-        let mut seen_in: HashSet<TensorId> = HashSet::new();
-        for &n in &nodes {
-            let node = graph.node(n);
-            for &t in &node.inputs {
-                let inside = graph.producer(t).is_some_and(|p| group_of.get(p) == Some(&me));
-                if !inside && seen_in.insert(t) {
-                    inputs.push(t);
+        let nodes = mem(g);
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        for &i in nodes {
+            for &t in d.inputs(i) {
+                let p = d.prod[t as usize];
+                let inside = p != NONE && gof[p as usize] == g;
+                if !inside && seen[t as usize] != g {
+                    seen[t as usize] = g;
+                    inputs.push(d.tids[t as usize]);
                 }
             }
-            for &t in &node.outputs {
-                let escapes = graph.tensor(t).role == graph_ir::TensorRole::Output
-                    || graph.consumers(t).iter().any(|&c| group_of.get(c) != Some(&me));
+            for &t in d.outputs(i) {
+                let id = d.tids[t as usize];
+                let escapes = graph.tensor(id).role == TensorRole::Output
+                    || graph.consumers(id).iter().any(|&c| gof[order.position[c] as usize] != g);
                 if escapes {
-                    outputs.push(t);
+                    outputs.push(id);
                 }
             }
         }
-        groups.push(FusedGroup { nodes, kind: kinds[g], inputs, outputs });
+        let nodes = nodes.iter().map(|&i| d.ids[i as usize]).collect();
+        groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs });
     }
     FusionPlan { groups, group_of, decisions, stats: FusionStats::default() }
-}
-
-/// One group per non-view node, in topological order.
-fn unfused(graph: &ComputeGraph, order: &TopoOrder, decisions: Vec<FusionDecision>) -> FusionPlan {
-    let mut members = Vec::new();
-    let mut kinds = Vec::new();
-    let mut gid: SecondaryMap<NodeId, usize> = SecondaryMap::new();
-    for &n in &order.order {
-        let cat = graph.node(n).op.category();
-        if cat != OpCategory::View {
-            gid.insert(n, members.len());
-            members.push(vec![n]);
-            kinds.push(GroupKind::of(cat));
-        }
-    }
-    assemble(graph, order, members, kinds, gid, decisions)
-}
-
-/// The group of the kernel that produces `t`'s bytes, looking through views outside groups.
-fn kernel_producer(graph: &ComputeGraph, gid: &SecondaryMap<NodeId, usize>, mut t: TensorId) -> Option<usize> {
-    loop {
-        let p = graph.producer(t)?;
-        if let Some(&g) = gid.get(p) {
-            return Some(g);
-        }
-        t = *graph.node(p).inputs.first()?;
-    }
 }

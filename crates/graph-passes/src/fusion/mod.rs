@@ -40,10 +40,13 @@
 //! a [`RejectReason`], listed by [`FusionPlan::explain`].
 //!
 //! **Cycle check.** Phases 2 and 3 keep a topological order of the group DAG (dynamic, after Pearce and Kelly):
-//! merging `X` before `Y` creates a cycle exactly when a group strictly between them in that order is reachable
-//! from `X` and reaches `Y`; the forward search from `X` is bounded to groups ordered before `Y`. After a merge,
-//! only the groups found by that search and its backward twin are reordered. The search is exact; a per-merge
-//! work budget rejects a merge conservatively (`CycleCheckBudget`) rather than go quadratic.
+//! merging `X` (ordered first) and `Y` creates a cycle exactly when a group ordered strictly between them is
+//! reachable from `X` and reaches `Y`. A forward search from `X` (bounded to groups ordered before `Y`) and a
+//! backward search from `Y` (bounded to groups after `X`) run alternately; when either side is empty the merge is
+//! safe and the merged group takes `X`'s or `Y`'s place, otherwise the groups found are reordered locally. The
+//! check is exact; a merge whose search exceeds its work budget (2048 steps, and 32 per node and edge of the graph
+//! for the whole pass, with a floor of 256 per merge) is rejected conservatively (`CycleCheckBudget`) rather
+//! than let a graph with long edges make the pass quadratic.
 //!
 //! # Score (profitability)
 //! `score = bytes saved + launches saved x launch_bytes`, where bytes saved is `bytes(X) + bytes(Y) - bytes(X+Y)`
@@ -58,10 +61,19 @@
 //! (the launch it removes is worth that much even off the critical path) and exceeds the paths through the two
 //! parts. With one stream nothing can run concurrently and the check is off.
 //!
+//! # Decisions
+//! Every data edge between two kernels (producer and consumer non-view nodes, looking through views) gets a
+//! [`FusionDecision`] with its reason code and specifics, from the phase that decided it (a later phase that
+//! reaches the same verdict keeps the earlier record); so does every horizontal candidate, fused or not. Fused
+//! edges are the groups themselves. [`FusionPlan::explain`] prints both; [`FusionPlan::report`] is its
+//! serialisable form.
+//!
 //! # Complexity
-//! Phase 1 is O((N + E) x k) with k the inputs/outputs of a group (bounded by the caps); groups merge
-//! small-into-large. Phases 2 and 3 sort O(E) candidates per round; each merge costs the groups it reorders,
-//! local in practice and capped by the budget. No step is quadratic in the graph.
+//! The graph is first flattened into arrays (nodes by position, tensors by dense index, consumers through views
+//! in compressed rows). Phase 1 is O((N + E) x k), k the inputs and outputs of a group (bounded by the caps);
+//! groups merge small-into-large, and a group that never merged allocates nothing. Phases 2 and 3 sort O(E)
+//! candidates per round (round 1 tries every pair, later rounds only pairs whose groups changed); the cycle
+//! checks cost their budget at most. Rejection texts are formatted once per verdict, at the end.
 
 mod build;
 mod dag;
@@ -378,8 +390,9 @@ pub struct FusionPlan {
     pub groups: Vec<FusedGroup>,
     /// The group of every node that runs in a kernel (views outside groups are absent).
     pub group_of: SecondaryMap<NodeId, GroupId>,
-    /// Decisions on producer/consumer pairs (every data edge between non-view nodes, looking through views) and
-    /// on horizontal candidates, in topological order of the producer.
+    /// Every data edge between non-view nodes (looking through views) that runs between two kernels, with the
+    /// reason it was not fused, in topological order of the producer; then every horizontal candidate, fused or
+    /// not. Edges inside a group are the groups themselves.
     pub decisions: Vec<FusionDecision>,
     /// Counters.
     #[serde(default)]

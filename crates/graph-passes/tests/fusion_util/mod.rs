@@ -31,13 +31,13 @@ pub fn kinds(p: &FusionPlan) -> Vec<GroupKind> {
     p.groups.iter().map(|g| g.kind).collect()
 }
 
-/// The verdict recorded for the edge `producer -> consumer`.
+/// The verdict on the edge `producer -> consumer`: `None` when fused (no decision: `check` asserts that every
+/// edge between two kernels has one).
 pub fn verdict(p: &FusionPlan, producer: &str, consumer: &str) -> Option<RejectReason> {
     p.decisions
         .iter()
-        .find(|d| d.producer == producer && d.consumer == consumer)
-        .unwrap_or_else(|| panic!("no decision for {producer} -> {consumer}: {:#?}", p.decisions))
-        .rejected
+        .find(|d| d.producer == producer && d.consumer == consumer && d.phase != fusion::FusionPhase::Horizontal)
+        .and_then(|d| d.rejected)
 }
 
 /// Tensor names written by group `i`.
@@ -119,15 +119,36 @@ pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
         }
         check_caps(g, gi, gr, caps);
     }
-    // Decisions: fused pairs share a group, rejected pairs do not (vertical and multi-output phases).
+    // Decisions: exactly the edges between two kernels, each rejected with a reason.
     let by_name: HashMap<&str, NodeId> = g.nodes().map(|(id, n)| (n.name.as_str(), id)).collect();
+    let mut listed: HashSet<(NodeId, NodeId)> = HashSet::new();
     for d in &p.decisions {
         if d.phase == fusion::FusionPhase::Horizontal {
             continue;
         }
         let (a, b) = (by_name[d.producer.as_str()], by_name[d.consumer.as_str()]);
-        let same = p.group_of.get(a) == p.group_of.get(b);
-        assert_eq!(same, d.rejected.is_none(), "decision {d:?}");
+        assert_ne!(p.group_of.get(a), p.group_of.get(b), "decision on a fused edge: {d:?}");
+        assert!(d.rejected.is_some(), "{d:?}");
+        assert!(listed.insert((a, b)), "two decisions on one edge: {d:?}");
+    }
+    for (c, node) in g.nodes() {
+        if node.op.is_view() {
+            continue;
+        }
+        for &t in &node.inputs {
+            let mut t = t;
+            let prod = loop {
+                match g.producer(t) {
+                    Some(q) if g.node(q).op.is_view() => t = g.node(q).inputs[0],
+                    other => break other,
+                }
+            };
+            if let Some(q) = prod {
+                if p.group_of.get(q) != p.group_of.get(c) {
+                    assert!(listed.contains(&(q, c)), "edge {} -> {} has no decision", g.node(q).name, node.name);
+                }
+            }
+        }
     }
 }
 
