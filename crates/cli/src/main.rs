@@ -4,10 +4,10 @@
 //! usage error (clap's own).
 
 mod cmd_plan;
+mod cmd_run;
 mod cmd_synth;
 mod cmd_validate;
 mod load;
-#[allow(dead_code)] // used by `run` (next)
 mod tensors_io;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +30,8 @@ enum Command {
     Validate(cmd_validate::ValidateArgs),
     /// Compile a graph into an execution plan.
     Plan(cmd_plan::PlanArgs),
+    /// Run a graph's plan on a backend (simulator or CUDA), optionally checking it against the reference plan.
+    Run(cmd_run::RunArgs),
     /// Write a synthetic graph as JSON.
     Synth(cmd_synth::SynthArgs),
 }
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(a) => cmd_validate::run(a),
         Command::Plan(a) => cmd_plan::run(a),
+        Command::Run(a) => cmd_run::run(a),
         Command::Synth(a) => cmd_synth::run(a),
     };
     match result {
