@@ -402,7 +402,7 @@ impl Pass<'_, '_> {
             let slot = &mut texts[k as usize];
             if slot.is_none() {
                 let v = &self.verdicts[k as usize];
-                *slot = Some(v.why.as_ref().map_or(String::new(), |w| w.text(d, &groups.domains)));
+                *slot = Some(v.why.as_ref().map_or(String::new(), |w| w.text(d)));
             }
             slot.clone().unwrap_or_default()
         };

@@ -40,8 +40,7 @@ pub(super) enum Why {
 }
 
 impl Why {
-    pub fn text(&self, d: &Dense<'_>, domains: &[Domain]) -> String {
-        let _ = domains;
+    pub fn text(&self, d: &Dense<'_>) -> String {
         let n = |i: &u32| d.name(*i);
         let t = |i: &u32| d.tname(*i);
         match self {
