@@ -30,23 +30,6 @@ fn assert_equal(g: &ComputeGraph, r: &CheckReport) {
     }
 }
 
-/// True when a graph output is a view of a source (an input or weight). Such outputs get their own bytes and a
-/// copy step; today a kernel on another stream that reads the output can race with that copy whether or not
-/// anything is fused (memory and stream passes, reported separately), so the numeric properties leave those
-/// graphs out rather than fail on a bug fusion does not touch.
-fn output_aliases_source(g: &ComputeGraph) -> bool {
-    g.outputs().iter().any(|&o| {
-        let mut t = o;
-        loop {
-            match g.producer(t) {
-                Some(p) if g.node(p).op.is_view() => t = g.node(p).inputs[0],
-                Some(_) => return false,
-                None => return true,
-            }
-        }
-    })
-}
-
 fn caps_strategy() -> impl Strategy<Value = FusionCaps> {
     (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
