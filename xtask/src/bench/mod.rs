@@ -73,7 +73,7 @@ impl Sizes {
                 small: Sampler { min_reps: 3, max_reps: 15, budget_s: 0.5, single_above_s: 2.0 },
                 big: Sampler { min_reps: 3, max_reps: 3, budget_s: 0.0, single_above_s: 1.0 },
                 big_from: 100_000,
-                stop_above_ms: 15_000.0,
+                stop_above_ms: 5_000.0,
                 ort_reps: 3,
             }
         } else {
