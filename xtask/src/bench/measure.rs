@@ -3,6 +3,7 @@
 //! MiniMalloc instances.
 
 use super::clock::{by_pass, Elapsed, PassTimes, Stopwatch};
+use super::fields;
 use super::stats::median;
 use anyhow::{Context, Result};
 use cuplan_benches::{plan_timing, Family, MinimallocInstance};
@@ -10,6 +11,7 @@ use graph_ir::ComputeGraph;
 use graph_passes::memory::pack::{self, Buffer, PackOptions};
 use graph_plan::{ExecutionPlan, Pass, PlanOptions};
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// How many times to repeat a measurement: at least `min_reps`, at most `max_reps`, and no more than fit in
 /// `budget_s` seconds judged from the first run; a first run longer than `single_above_s` is the only one.
@@ -112,10 +114,12 @@ pub struct StreamPoint {
     pub events: usize,
     /// Modelled makespan, microseconds.
     pub makespan_us: f64,
-    /// Its lower bound, microseconds.
-    pub bound_us: f64,
-    /// Which bound.
-    pub bound_kind: BoundKind,
+    /// The assignment-independent bound (`PlanStats::makespan_bound_us`), microseconds; `None` where this
+    /// build's stats lack the field.
+    pub bound_us: Option<f64>,
+    /// The timing model's bound over the plan's own stream order (met trivially by a serial plan; kept in
+    /// `report.json` for comparison, not judged against).
+    pub stream_order_bound_us: f64,
 }
 
 /// The figures of one compiled graph (a shared model or a synth family at the table size).
@@ -141,10 +145,10 @@ pub struct PlanRow {
     pub events: usize,
     /// Modelled makespan at the table's stream count, microseconds.
     pub makespan_us: f64,
-    /// Its bound.
-    pub makespan_bound_us: f64,
-    /// Which bound.
-    pub bound_kind: BoundKind,
+    /// Its assignment-independent bound (`PlanStats::makespan_bound_us`); `None` where the stats lack it.
+    pub makespan_bound_us: Option<f64>,
+    /// The timing model's stream-order bound (see [`StreamPoint::stream_order_bound_us`]).
+    pub stream_order_bound_us: f64,
     /// Median compile time (full build), on-CPU milliseconds.
     pub compile_ms: f64,
     /// Median compile wall time, milliseconds.
@@ -159,43 +163,44 @@ pub struct PlanRow {
     pub by_streams: Vec<StreamPoint>,
     /// Violations `graph_plan::verify` found in the table's plan (0 expected).
     pub violations: usize,
+    /// Every numeric field of the plan's `PlanStats`, by name (see [`super::fields`]).
+    pub stats: BTreeMap<String, f64>,
 }
 
-/// Which lower bound a makespan is judged against.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum BoundKind {
-    /// DESIGN.md section 5's bound, independent of the stream assignment: max(critical path of the group
-    /// DAG, area), as the stream pass records it in `PlanStats::makespan_bound_us`.
-    Dag,
-    /// The timing model's bound over the plan's own stream order and events (for plans whose stats do not
-    /// carry the DAG bound); a serial assignment meets it trivially.
-    StreamOrder,
+/// Makespan of a plan and its bounds: exec-sim's timing model for the makespan (and the stream-order bound),
+/// and the plan's own assignment-independent bound where its stats carry it (`makespan_bound_us`, read by
+/// name so that this task works on either side of that field's arrival).
+pub struct Makespan {
+    /// Modelled makespan, microseconds.
+    pub makespan_us: f64,
+    /// `PlanStats::makespan_bound_us`, if present and positive.
+    pub bound_us: Option<f64>,
+    /// The timing model's bound over the plan's stream order.
+    pub stream_order_bound_us: f64,
 }
 
-/// Makespan and bound of a plan: exec-sim's timing model for the makespan, and the plan's own
-/// assignment-independent bound where its stats carry one (`makespan_bound_us`, read by name so that this
-/// task works on either side of that field's arrival), else the model's stream-order bound.
-pub fn makespan(plan: &ExecutionPlan) -> Result<(f64, f64, BoundKind)> {
+/// The [`Makespan`] of `plan`.
+pub fn makespan(plan: &ExecutionPlan) -> Result<Makespan> {
     let t = plan_timing(plan)?;
-    let stats = serde_json::to_value(plan.stats()).ok();
-    let dag = stats.as_ref().and_then(|v| v.get("makespan_bound_us")).and_then(|x| x.as_f64()).filter(|b| *b > 0.0);
-    Ok(match dag {
-        Some(b) => (t.makespan_us, b, BoundKind::Dag),
-        None => (t.makespan_us, t.bound_us, BoundKind::StreamOrder),
+    let stats = fields::numeric_fields(plan.stats());
+    Ok(Makespan {
+        makespan_us: t.makespan_us,
+        bound_us: fields::get(&stats, &fields::MAKESPAN_BOUND).filter(|b| *b > 0.0),
+        stream_order_bound_us: t.bound_us,
     })
 }
 
 fn stream_point(graph: &ComputeGraph, max_streams: usize) -> Result<StreamPoint> {
     let opts = PlanOptions::with_streams(max_streams);
     let plan = ExecutionPlan::build_with(graph, &opts).with_context(|| format!("{max_streams} streams"))?;
-    let (makespan_us, bound_us, bound_kind) = makespan(&plan)?;
+    let m = makespan(&plan)?;
     Ok(StreamPoint {
         max_streams,
         streams: plan.num_streams,
         events: plan.event_count,
-        makespan_us,
-        bound_us,
-        bound_kind,
+        makespan_us: m.makespan_us,
+        bound_us: m.bound_us,
+        stream_order_bound_us: m.stream_order_bound_us,
     })
 }
 
@@ -213,7 +218,7 @@ pub fn plan_row(
     let mut passes = Vec::new();
     let (times, plan) = sampler.run(|| build_recorded(graph, &opts, clock, &mut passes))?;
     let (compile_ms, compile_wall_ms) = medians(&times);
-    let (makespan_us, makespan_bound_us, bound_kind) = makespan(&plan)?;
+    let m = makespan(&plan)?;
     let violations = graph_plan::verify(&plan).err().map_or(0, |v| v.len());
     let by_streams = sweep.iter().map(|&s| stream_point(graph, s)).collect::<Result<Vec<_>>>()?;
     let stats = plan.stats();
@@ -227,9 +232,9 @@ pub fn plan_row(
         lower_bound_bytes: stats.lower_bound_bytes,
         naive_bytes: stats.naive_bytes,
         events: plan.event_count,
-        makespan_us,
-        makespan_bound_us,
-        bound_kind,
+        makespan_us: m.makespan_us,
+        makespan_bound_us: m.bound_us,
+        stream_order_bound_us: m.stream_order_bound_us,
         compile_ms,
         compile_wall_ms,
         compile_reps: times.len(),
@@ -237,6 +242,7 @@ pub fn plan_row(
         import_ms: None,
         by_streams,
         violations,
+        stats: fields::numeric_fields(stats),
     })
 }
 
@@ -373,13 +379,28 @@ pub struct PackRow {
     pub valid: bool,
     /// Height of the reference greedy (by size, best fit) for comparison.
     pub greedy_height: u64,
+    /// Whether the packer proved its height minimal (`Packing::optimal`); `None` where this build's `Packing`
+    /// does not serialise or lacks the field (see [`super::fields`]).
+    pub optimal: Option<bool>,
+    /// The phase that produced the height (`Packing::strategy`); `None` likewise.
+    pub strategy: Option<String>,
+    /// The search effort asked for (`None`: the packer's default budget).
+    pub effort: Option<u64>,
 }
 
-/// Run the packing core on `inst`.
-pub fn pack_row(inst: &MinimallocInstance, sampler: &Sampler) -> Result<PackRow> {
-    let opts = PackOptions::default();
+/// Run the packing core on `inst` with its default options, or with the search effort `effort` (work units of
+/// `pack::Budget::effort`) where given.
+pub fn pack_row(inst: &MinimallocInstance, sampler: &Sampler, effort: Option<u64>) -> Result<PackRow> {
+    let mut opts = PackOptions::default();
+    if let Some(e) = effort {
+        opts.budget.effort = e;
+    }
     let (times, packing) = sampler.run(|| pack::pack(&inst.buffers, &opts).with_context(|| inst.name.clone()))?;
     let valid = packing_is_valid(&inst.buffers, &packing.offsets);
+    // `Packing` serialises (with `optimal` and `strategy`) once the packing issue is merged; `None` before.
+    let json = fields::serde_json_of!(packing);
+    let optimal = json.as_ref().and_then(|v| v.get("optimal")).and_then(serde_json::Value::as_bool);
+    let strategy = json.as_ref().and_then(|v| v.get("strategy")).and_then(fields::enum_text);
     Ok(PackRow {
         name: inst.name.clone(),
         buffers: inst.buffers.len(),
@@ -389,6 +410,9 @@ pub fn pack_row(inst: &MinimallocInstance, sampler: &Sampler) -> Result<PackRow>
         ms: medians(&times).0,
         valid,
         greedy_height: greedy_best_fit(&inst.buffers),
+        optimal,
+        strategy,
+        effort,
     })
 }
 

@@ -6,6 +6,7 @@
 //! scaling exponent of each family and pass is fitted on log-log axes, never assumed.
 
 pub mod clock;
+pub mod fields;
 pub mod fmt;
 pub mod measure;
 pub mod ort;
@@ -33,6 +34,10 @@ pub struct BenchOpts {
     pub record: bool,
 }
 
+/// The packing core's search effort in a quick run: a tenth of the packing issue's default budget (about half
+/// a second of one core per instance at most).
+pub const QUICK_PACK_EFFORT: u64 = 300_000_000;
+
 /// Sizes and repetitions of one run.
 #[derive(Clone, Debug)]
 pub struct Sizes {
@@ -58,6 +63,9 @@ pub struct Sizes {
     pub stop_above_ms: f64,
     /// onnxruntime session repetitions.
     pub ort_reps: usize,
+    /// Search effort of the packing core on the MiniMalloc instances (`None`: its default budget, which may
+    /// search for seconds per instance).
+    pub pack_effort: Option<u64>,
 }
 
 impl Sizes {
@@ -75,6 +83,7 @@ impl Sizes {
                 big_from: 100_000,
                 stop_above_ms: 5_000.0,
                 ort_reps: 3,
+                pack_effort: Some(QUICK_PACK_EFFORT),
             }
         } else {
             Sizes {
@@ -88,6 +97,7 @@ impl Sizes {
                 big_from: 300_000,
                 stop_above_ms: 30_000.0,
                 ort_reps: 7,
+                pack_effort: None,
             }
         }
     }
@@ -225,7 +235,7 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     // Packing core on MiniMalloc.
     for inst in cuplan_benches::minimalloc_instances()? {
         p.say(format_args!("pack {}", inst.name));
-        r.packs.push(measure::pack_row(&inst, &sizes.small)?);
+        r.packs.push(measure::pack_row(&inst, &sizes.small, sizes.pack_effort)?);
     }
 
     r.duration_s = started.elapsed().as_secs_f64();

@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
+use super::fields::{self, MAKESPAN_BOUND, STAT_FIELDS};
 use super::fmt::{self, md_table, Align};
-use super::measure::{BoundKind, PackRow, PlanRow, ScalePoint, VerifyPoint};
+use super::measure::{PackRow, PlanRow, ScalePoint, VerifyPoint};
 use super::ort::{OrtRun, ReadmeRow};
 use super::plot::{self, Bars, Layout, Series};
 use super::stats::{fit_power_law, median, PowerFit};
@@ -149,14 +150,24 @@ pub fn plan_cells(r: &PlanRow, ort_nodes: Option<usize>) -> Vec<String> {
             fmt::ratio(ratio(r.pool_bytes as f64, r.lower_bound_bytes as f64))
         ),
         fmt::count(r.events as u64),
-        format!(
-            "{} / {} us ({})",
-            fmt::ms(r.makespan_us),
-            fmt::ms(r.makespan_bound_us),
-            fmt::ratio(ratio(r.makespan_us, r.makespan_bound_us))
-        ),
+        makespan_cell(r.makespan_us, r.makespan_bound_us),
         fmt::ms(r.compile_ms),
     ]
+}
+
+/// `makespan / bound us (ratio)`, or `makespan us / n/a` without the bound.
+pub fn makespan_cell(makespan_us: f64, bound_us: Option<f64>) -> String {
+    match bound_us {
+        Some(b) => format!("{} / {} us ({})", fmt::ms(makespan_us), fmt::ms(b), fmt::ratio(ratio(makespan_us, b))),
+        None => format!("{} us / n/a", fmt::ms(makespan_us)),
+    }
+}
+
+/// The cells of one row of the plan statistics table: the name, then one cell per [`STAT_FIELDS`] entry.
+pub fn stat_cells(r: &PlanRow) -> Vec<String> {
+    let mut row = vec![r.name.clone()];
+    row.extend(STAT_FIELDS.iter().map(|f| fields::cell(&r.stats, f)));
+    row
 }
 
 /// The plan table's header.
@@ -390,6 +401,7 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "\n**`graph_plan::verify` found violations in:** {}.", bad.join(", "));
     }
     s.push('\n');
+    stats_section(&mut s, r);
 
     // onnxruntime.
     let _ = writeln!(s, "## onnxruntime beside cuplan\n");
@@ -476,7 +488,7 @@ pub fn markdown(r: &Report) -> String {
                     format!(
                         "{} us ({}; {} ev)",
                         fmt::ms(p.makespan_us),
-                        fmt::ratio(ratio(p.makespan_us, p.bound_us)),
+                        p.bound_us.map_or("n/a".into(), |b| fmt::ratio(ratio(p.makespan_us, b))),
                         p.events
                     )
                 }));
@@ -485,7 +497,7 @@ pub fn markdown(r: &Report) -> String {
         })
         .collect();
     let head_ref: Vec<&str> = head.iter().map(String::as_str).collect();
-    let dag = r.models.iter().chain(&r.synth).all(|m| m.bound_kind == BoundKind::Dag);
+    let dag = r.models.iter().chain(&r.synth).all(|m| m.by_streams.iter().all(|p| p.bound_us.is_some()));
     let _ = writeln!(
         s,
         "Each cell: modelled makespan (makespan / bound; events). {}\n",
@@ -493,10 +505,10 @@ pub fn markdown(r: &Report) -> String {
             "Bound: DESIGN.md section 5's, max(critical path of the group DAG, area), the same for every stream \
              assignment (`PlanStats::makespan_bound_us`)."
         } else {
-            "**Bound: the timing model's critical path over the plan's own stream order and events** (these \
-             plans' stats carry no assignment-independent bound yet), so a ratio of 1.00 says the schedule \
-             keeps up with its own chains, not that no assignment does better; compare makespans across \
-             stream counts instead."
+            "**Bound n/a:** this build's `PlanStats` has no `makespan_bound_us` (the assignment-independent \
+             bound of DESIGN.md section 5, added by the streams issue); compare makespans across stream counts \
+             instead. The timing model's bound over each plan's own stream order (met trivially by a serial \
+             plan) is in `report.json` as `stream_order_bound_us`."
         }
     );
     s.push_str(&md_table(&head_ref, &[Align::Left], &rows));
@@ -584,55 +596,24 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "No instances found (`shared/bench/minimalloc/*.csv`).\n");
     } else {
         let same = r.packs.iter().all(|p| p.height == p.greedy_height);
+        let effort = match r.packs.first().and_then(|p| p.effort) {
+            Some(e) => format!("search effort {} (quick run; the default budget in a full run)", fmt::count(e)),
+            None => "default options".into(),
+        };
         let _ = writeln!(
             s,
-            "`graph_passes::memory::pack` with default options (alignment 1), median time; `greedy` is this \
-             task's own greedy-by-size best fit, for reference. Valid: no two buffers live together share \
-             bytes (checked here).{}\n",
+            "`graph_passes::memory::pack` (the core of `cuplan pack`) with {effort}, alignment 1, median time; \
+             `greedy` is this task's own greedy-by-size best fit, for reference. Valid: no two buffers live \
+             together share bytes (checked here). Optimal / strategy: what the packer reports (`n/a` where this \
+             build's `Packing` does not serialise them: the packing issue adds them).{}\n",
             if same {
                 " **The packing core gives the greedy heights on every instance: it is still the baseline.**"
             } else {
                 ""
             }
         );
-        let rows: Vec<Vec<String>> = r
-            .packs
-            .iter()
-            .map(|p| {
-                vec![
-                    p.name.clone(),
-                    p.buffers.to_string(),
-                    fmt::count(p.lower_bound),
-                    p.capacity.map_or("-".into(), fmt::count),
-                    fmt::count(p.height),
-                    p.capacity.map_or("-".into(), |c| fmt::ratio(p.height as f64 / c as f64)),
-                    fmt::ratio(p.height as f64 / p.lower_bound.max(1) as f64),
-                    fmt::ms(p.ms),
-                    if p.valid { "yes".into() } else { "**NO**".into() },
-                    format!(
-                        "{} ({})",
-                        fmt::count(p.greedy_height),
-                        p.capacity.map_or("-".into(), |c| fmt::ratio(p.greedy_height as f64 / c as f64))
-                    ),
-                ]
-            })
-            .collect();
-        s.push_str(&md_table(
-            &[
-                "instance",
-                "buffers",
-                "lower bound",
-                "capacity",
-                "height",
-                "height / capacity",
-                "height / bound",
-                "ms",
-                "valid",
-                "greedy (/ capacity)",
-            ],
-            &[Align::Left],
-            &rows,
-        ));
+        let rows: Vec<Vec<String>> = r.packs.iter().map(pack_cells).collect();
+        s.push_str(&md_table(&PACK_HEADER, &[Align::Left], &rows));
         s.push('\n');
     }
 
@@ -648,6 +629,75 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     s
+}
+
+/// The "Plan statistics" section: the [`STAT_FIELDS`] of every plan, and why any column is `n/a`.
+fn stats_section(s: &mut String, r: &Report) {
+    let plans: Vec<&PlanRow> = r.models.iter().chain(&r.synth).collect();
+    if plans.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "## Plan statistics\n");
+    let _ = writeln!(
+        s,
+        "The plans of the table above, from their `PlanStats` ({} streams): reuse edges and in-place writes \
+         of the memory plan, cross-stream edges before event reduction and waits after it, chains of the \
+         minimum chain decomposition, the critical path and the one-stream makespan (the bound's two \
+         ingredients), the bound with the stream limit, and bytes moved with and without fusion.\n",
+        r.streams
+    );
+    let mut head = vec!["model"];
+    head.extend(STAT_FIELDS.iter().map(|f| f.header));
+    let rows: Vec<Vec<String>> = plans.iter().map(|m| stat_cells(m)).collect();
+    s.push_str(&md_table(&head, &[Align::Left], &rows));
+    let mut all = STAT_FIELDS.to_vec();
+    all.push(MAKESPAN_BOUND);
+    let notes = fields::absent_notes(plans.iter().map(|m| &m.stats), &all, "`PlanStats`");
+    if !notes.is_empty() {
+        s.push('\n');
+        for n in notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    s.push('\n');
+}
+
+/// The MiniMalloc table's header.
+pub const PACK_HEADER: [&str; 12] = [
+    "instance",
+    "buffers",
+    "lower bound",
+    "capacity",
+    "height",
+    "height / capacity",
+    "height / bound",
+    "ms",
+    "valid",
+    "optimal",
+    "strategy",
+    "greedy (/ capacity)",
+];
+
+/// The cells of one row of the MiniMalloc table (see [`PACK_HEADER`]).
+pub fn pack_cells(p: &PackRow) -> Vec<String> {
+    vec![
+        p.name.clone(),
+        p.buffers.to_string(),
+        fmt::count(p.lower_bound),
+        p.capacity.map_or("-".into(), fmt::count),
+        fmt::count(p.height),
+        p.capacity.map_or("-".into(), |c| fmt::ratio(p.height as f64 / c as f64)),
+        fmt::ratio(p.height as f64 / p.lower_bound.max(1) as f64),
+        fmt::ms(p.ms),
+        if p.valid { "yes".into() } else { "**NO**".into() },
+        p.optimal.map_or("n/a".into(), |o| if o { "yes".into() } else { "no".into() }),
+        p.strategy.clone().unwrap_or_else(|| "n/a".into()),
+        format!(
+            "{} ({})",
+            fmt::count(p.greedy_height),
+            p.capacity.map_or("-".into(), |c| fmt::ratio(p.greedy_height as f64 / c as f64))
+        ),
+    ]
 }
 
 /// The plot files and what they show.
@@ -775,34 +825,44 @@ fn draw_plots(r: &Report, out: &Path) -> Result<()> {
     .draw(&out.join(PLOTS[3].0))?;
     let sweep: Vec<usize> =
         plans.first().map(|m| m.by_streams.iter().map(|p| p.max_streams).collect()).unwrap_or_default();
-    let groups: Vec<(String, Vec<f64>)> = sweep
+    let (groups, has_bound) = makespan_groups(&plans, &sweep);
+    let (title, x_desc) = if has_bound {
+        ("Modelled makespan / bound", "makespan / bound (1.00 is optimal)")
+    } else {
+        (
+            "Modelled makespan / 1-stream makespan (bound n/a in this build)",
+            "makespan / makespan on one stream (lower is better)",
+        )
+    };
+    Bars { title, x_desc, rows: &rows, groups: &groups, layout: Layout::Grouped, log_x: false, reference: Some(1.0) }
+        .draw(&out.join(PLOTS[4].0))?;
+    Ok(())
+}
+
+/// The bars of the makespan plot, one group per stream count of `sweep`: makespan / bound where every plan
+/// carries the bound (second value `true`), else makespan / the plan's own one-stream makespan (`false`;
+/// NaN where a plan has no one-stream point).
+pub fn makespan_groups(plans: &[&PlanRow], sweep: &[usize]) -> (Vec<(String, Vec<f64>)>, bool) {
+    let has_bound = plans.iter().all(|m| m.by_streams.iter().all(|p| p.bound_us.is_some()));
+    let groups = sweep
         .iter()
         .map(|k| {
-            (
-                format!("{k} stream{}", if *k == 1 { "" } else { "s" }),
-                plans
-                    .iter()
-                    .map(|m| {
-                        m.by_streams
-                            .iter()
-                            .find(|p| p.max_streams == *k)
-                            .map_or(f64::NAN, |p| ratio(p.makespan_us, p.bound_us))
-                    })
-                    .collect(),
-            )
+            let vals = plans
+                .iter()
+                .map(|m| {
+                    let Some(p) = m.by_streams.iter().find(|p| p.max_streams == *k) else { return f64::NAN };
+                    let base = if has_bound {
+                        p.bound_us
+                    } else {
+                        m.by_streams.iter().find(|q| q.max_streams == 1).map(|q| q.makespan_us)
+                    };
+                    base.map_or(f64::NAN, |b| ratio(p.makespan_us, b))
+                })
+                .collect();
+            (format!("{k} stream{}", if *k == 1 { "" } else { "s" }), vals)
         })
         .collect();
-    Bars {
-        title: "Modelled makespan / bound",
-        x_desc: "makespan / bound (1.00 is optimal)",
-        rows: &rows,
-        groups: &groups,
-        layout: Layout::Grouped,
-        log_x: false,
-        reference: Some(1.0),
-    }
-    .draw(&out.join(PLOTS[4].0))?;
-    Ok(())
+    (groups, has_bound)
 }
 
 /// The report as `docs/benchmarks.md` records it: a title and a note on how to regenerate it, then the report
@@ -848,22 +908,23 @@ mod tests {
             naive_bytes: 100 << 20,
             events: 7,
             makespan_us: 150.0,
-            makespan_bound_us: 120.0,
+            makespan_bound_us: Some(120.0),
+            stream_order_bound_us: 150.0,
             compile_ms: 3.456,
             compile_wall_ms: 4.0,
             compile_reps: 5,
             pass_ms: vec![],
             import_ms: Some(1.0),
-            bound_kind: BoundKind::Dag,
             by_streams: vec![StreamPoint {
                 max_streams: 1,
                 streams: 1,
                 events: 0,
                 makespan_us: 2.0,
-                bound_us: 1.0,
-                bound_kind: BoundKind::Dag,
+                bound_us: Some(1.0),
+                stream_order_bound_us: 2.0,
             }],
             violations: 0,
+            stats: [("reuse_edges".to_string(), 17.0), ("makespan_bound_us".to_string(), 120.0)].into(),
         }
     }
 
@@ -942,5 +1003,96 @@ mod tests {
         assert!(md.contains("**MISSED**"), "{md}");
         assert!(md.contains("Not found (skipped): bert_base"), "{md}");
         assert!(md.contains("- (full run only; the fit predicts"), "{md}");
+    }
+
+    fn pack(optimal: Option<bool>, strategy: Option<&str>) -> PackRow {
+        PackRow {
+            name: "A.1048576".into(),
+            buffers: 154,
+            lower_bound: 1_048_576,
+            capacity: Some(1_048_576),
+            height: 1_310_720,
+            ms: 0.5,
+            valid: true,
+            greedy_height: 1_374_208,
+            optimal,
+            strategy: strategy.map(str::to_string),
+            effort: None,
+        }
+    }
+
+    #[test]
+    fn pack_cells_follow_the_header_and_say_na_without_the_packers_report() {
+        let c = pack_cells(&pack(None, None));
+        assert_eq!(c.len(), PACK_HEADER.len());
+        assert_eq!(
+            c,
+            vec![
+                "A.1048576",
+                "154",
+                "1,048,576",
+                "1,048,576",
+                "1,310,720",
+                "1.25",
+                "1.25",
+                "0.500",
+                "yes",
+                "n/a",
+                "n/a",
+                "1,374,208 (1.31)"
+            ]
+        );
+        let c = pack_cells(&pack(Some(true), Some("Search")));
+        assert_eq!((c[9].as_str(), c[10].as_str()), ("yes", "Search"));
+    }
+
+    #[test]
+    fn makespan_without_the_bound_is_na_and_the_plot_falls_back_to_one_stream() {
+        assert_eq!(makespan_cell(150.0, Some(120.0)), "150 / 120 us (1.25)");
+        assert_eq!(makespan_cell(150.0, None), "150 us / n/a");
+        let mut a = row();
+        a.by_streams = [(1, 200.0), (4, 100.0)]
+            .iter()
+            .map(|&(k, m)| StreamPoint {
+                max_streams: k,
+                streams: k,
+                events: 0,
+                makespan_us: m,
+                bound_us: Some(80.0),
+                stream_order_bound_us: m,
+            })
+            .collect();
+        let (g, bound) = makespan_groups(&[&a], &[1, 4]);
+        assert!(bound);
+        assert_eq!(g, vec![("1 stream".to_string(), vec![2.5]), ("4 streams".to_string(), vec![1.25])]);
+        for p in &mut a.by_streams {
+            p.bound_us = None;
+        }
+        let (g, bound) = makespan_groups(&[&a], &[1, 4, 8]);
+        assert!(!bound);
+        assert_eq!(g[0].1, vec![1.0]);
+        assert_eq!(g[1].1, vec![0.5]);
+        assert!(g[2].1[0].is_nan(), "no 8-stream point");
+    }
+
+    #[test]
+    fn the_statistics_table_prints_na_and_names_the_missing_fields() {
+        let mut r = Report { streams: 4, ..Default::default() };
+        let mut m = row();
+        m.makespan_bound_us = None;
+        m.by_streams[0].bound_us = None;
+        m.stats = [("reuse_edges".to_string(), 17.0), ("in_place_count".to_string(), 2.0)].into();
+        r.models = vec![m];
+        let md = markdown(&r);
+        assert!(md.contains("## Plan statistics"), "{md}");
+        let stats = &md[md.find("## Plan statistics").unwrap()..];
+        let line = stats.lines().find(|l| l.starts_with("| resnet50")).unwrap();
+        assert!(line.contains(" 17 | "), "{line}");
+        assert_eq!(line.matches("n/a").count(), STAT_FIELDS.len() - 2, "{line}");
+        assert!(md.contains("`waits`: n/a — not in this build's `PlanStats` (added by the streams issue)"), "{md}");
+        assert!(md.contains("`makespan_bound_us`: n/a"), "{md}");
+        assert!(md.contains("150 us / n/a"), "{md}");
+        assert!(md.contains("**Bound n/a:**"), "{md}");
+        assert!(!md.contains("`reuse_edges`: n/a"), "{md}");
     }
 }
