@@ -501,6 +501,17 @@ mod tests {
     }
 
     #[test]
+    fn medians_prefer_cpu_time_and_keep_wall_apart() {
+        let e = |wall_ms: f64, cpu: Option<f64>| Elapsed { wall_ms, cpu_ms: cpu };
+        let (cpu, wall) = medians(&[e(10.0, Some(2.0)), e(30.0, Some(4.0)), e(20.0, Some(3.0))]);
+        assert_eq!((cpu, wall), (3.0, 20.0));
+        let (cpu, wall) = medians(&[e(10.0, None), e(30.0, None)]);
+        assert_eq!((cpu, wall), (20.0, 20.0), "without a CPU clock the report falls back to wall time");
+        let (cpu, wall) = medians(&[]);
+        assert!(cpu.is_nan() && wall.is_nan());
+    }
+
+    #[test]
     fn pass_medians_keep_pipeline_order() {
         let s = |t: f64| vec![("memory".to_string(), t), ("topo".to_string(), 1.0)];
         let m = pass_medians(&[s(3.0), s(1.0), s(2.0)]);

@@ -244,7 +244,7 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     let md = report::write(&r, &opts.out)?;
     if opts.record {
         let doc = cuplan_benches::workspace_root().join("docs").join("benchmarks.md");
-        std::fs::write(&doc, report::as_doc(&md, "../target/cuplan-report"))
+        std::fs::write(&doc, report::as_doc(&md, "../target/cuplan-report", opts.quick))
             .with_context(|| format!("writing {}", doc.display()))?;
         p.say(format_args!("recorded in {}", doc.display()));
     }

@@ -867,17 +867,26 @@ pub fn makespan_groups(plans: &[&PlanRow], sweep: &[usize]) -> (Vec<(String, Vec
 
 /// The report as `docs/benchmarks.md` records it: a title and a note on how to regenerate it, then the report
 /// with its plot links pointing at the run's output directory (`plots_rel`, relative to `docs/`).
-pub fn as_doc(md: &str, plots_rel: &str) -> String {
+pub fn as_doc(md: &str, plots_rel: &str, quick: bool) -> String {
     let body = md.strip_prefix("# cuplan benchmark report\n").unwrap_or(md);
     let mut body = body.to_string();
     for (file, _) in PLOTS {
         body = body.replace(&format!("]({file})"), &format!("]({plots_rel}/{file})"));
     }
+    let which = if quick {
+        "The last report of `cargo xtask bench --quick` (the CI-sized suite: sizes up to 100k nodes, fewer \
+         repetitions, a capped packing search; a full `cargo xtask bench --record` replaces it), recorded with \
+         `--record`"
+    } else {
+        "The last full report of `cargo xtask bench`, recorded with `cargo xtask bench --record` (which rewrites \
+         this file; `--quick` runs the CI-sized suite)"
+    };
     format!(
-        "# Benchmarks\n\nThe last full report of `cargo xtask bench`, recorded with `cargo xtask bench --record` \
-         (which rewrites this file; `--quick` runs the CI-sized suite). The plots are written beside the report \
+        "# Benchmarks\n\n{which}. The plots are written beside the report \
          in `target/cuplan-report/` by every run. Criterion benches of the same inputs: \
-         `cargo bench -p cuplan-benches --bench pipeline` (1M-node groups with `--features huge`).\n{body}"
+         `cargo bench -p cuplan-benches` (`--bench pipeline`: per pass and whole build, one and four streams, \
+         and verify, at 1k, 10k and 100k nodes, 1M with `--features huge`; `--bench verify`: the 1M-step plan; \
+         `--bench sim`: exec-sim on a transformer block).\n{body}"
     )
 }
 
@@ -926,6 +935,14 @@ mod tests {
             violations: 0,
             stats: [("reuse_edges".to_string(), 17.0), ("makespan_bound_us".to_string(), 120.0)].into(),
         }
+    }
+
+    #[test]
+    fn ratios_are_undefined_for_a_zero_denominator() {
+        assert_eq!(ratio(3.0, 2.0), 1.5);
+        assert!(ratio(3.0, 0.0).is_nan());
+        assert!(ratio(3.0, -1.0).is_nan());
+        assert_eq!(fmt::ratio(ratio(1.0, 0.0)), "-");
     }
 
     #[test]
@@ -986,7 +1003,9 @@ mod tests {
     #[test]
     fn the_recorded_doc_links_plots_in_the_output_directory() {
         let md = "# cuplan benchmark report\n\nbody\n- [plot](compile_scaling.svg)\n";
-        let doc = as_doc(md, "../target/cuplan-report");
+        let doc = as_doc(md, "../target/cuplan-report", false);
+        assert!(doc.contains("The last full report"));
+        assert!(as_doc(md, "x", true).contains("The last report of `cargo xtask bench --quick`"));
         assert!(doc.starts_with("# Benchmarks\n"));
         assert!(!doc.contains("# cuplan benchmark report"));
         assert!(doc.contains("- [plot](../target/cuplan-report/compile_scaling.svg)"), "{doc}");
