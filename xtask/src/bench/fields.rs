@@ -124,7 +124,7 @@ pub fn absent_notes<'a>(
 /// A reference that picks [`SerdeProbe::probe_json`] when `T: Serialize` and [`NoSerde::probe_json`]
 /// otherwise (autoref specialisation: the method on `Probe<T>` itself wins when its bound holds, else the one
 /// on `&Probe<T>` applies). Use through [`serde_json_of`]. (Outside tests the serialisable case is unused
-/// until `Packing` derives `Serialize`, hence the `dead_code` allowances.)
+/// until `Packing` derives `Serialize`, and the fallback after, hence the `dead_code` allowances.)
 #[allow(dead_code)]
 pub struct Probe<'a, T>(pub &'a T);
 
@@ -142,6 +142,7 @@ impl<T: Serialize> SerdeProbe for Probe<'_, T> {
 }
 
 /// The fallback case of [`Probe`].
+#[allow(dead_code)]
 pub trait NoSerde {
     /// Always `None`.
     fn probe_json(&self) -> Option<Value>;
