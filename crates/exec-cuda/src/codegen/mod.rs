@@ -118,24 +118,54 @@ pub fn fusion_caps() -> FusionCaps {
     }
 }
 
-/// Generates every kernel of `plan`, in kernel id order.
+/// Choices of the code generator that do not come from the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodegenOptions {
+    /// Run eligible MatMul/Gemm anchors through cuBLAS (plus an epilogue kernel). Off: every product is a
+    /// generated per-element kernel, for machines where libcublas cannot be loaded.
+    pub cublas: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        Self { cublas: true }
+    }
+}
+
+/// Generates every kernel of `plan`, in kernel id order, with cuBLAS anchors.
 ///
 /// # Errors
 /// The first kernel that cannot be generated, as [`generate`].
 pub fn generate_all(plan: &ExecutionPlan) -> CudaResult<Vec<KernelSource>> {
-    plan.kernels().iter().map(generate).collect()
+    generate_all_with(plan, &CodegenOptions::default())
 }
 
-/// Generates the code of one plan kernel.
+/// [`generate_all`] with explicit options.
+///
+/// # Errors
+/// As [`generate_with`].
+pub fn generate_all_with(plan: &ExecutionPlan, options: &CodegenOptions) -> CudaResult<Vec<KernelSource>> {
+    plan.kernels().iter().map(|k| generate_with(k, options)).collect()
+}
+
+/// Generates the code of one plan kernel, with cuBLAS anchors.
 ///
 /// # Errors
 /// [`CudaError::Unsupported`] naming the kernel and what it cannot express.
 pub fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
+    generate_with(kernel, &CodegenOptions::default())
+}
+
+/// [`generate`] with explicit options.
+///
+/// # Errors
+/// As [`generate`].
+pub fn generate_with(kernel: &Kernel, options: &CodegenOptions) -> CudaResult<KernelSource> {
     let mut src = match kernel.kind {
         GroupKind::Custom => custom(kernel),
         GroupKind::Copy => Err(unsupported(kernel, "a copy group has no kernel (it is a Copy step)")),
         GroupKind::Reduction => reduce::generate(kernel),
-        GroupKind::Anchor => match blas_anchor(kernel)? {
+        GroupKind::Anchor => match if options.cublas { blas_anchor(kernel)? } else { None } {
             Some(s) => Ok(s),
             None => emit::generate(kernel, None),
         },

@@ -4,7 +4,7 @@
 
 use graph_plan::{Access, Kernel, Op, Shape, ValueId};
 
-use super::emit::{flit, norm_axis, store, Emitter, PRELUDE};
+use super::emit::{flit, lowest, norm_axis, store, Emitter, PRELUDE};
 use super::{unsupported, value_checked, Buffers, KernelSource, Launch, ENTRY, ROW_BLOCK};
 use crate::error::CudaResult;
 
@@ -45,6 +45,44 @@ __device__ float block_max(float v, float* sh) {
 }
 "#;
 
+/// The integer counterparts, emitted only into integer reductions (so float kernels keep their text): partial
+/// results accumulate in 64 bits and add as unsigned, so a sum wraps (two's complement) instead of overflowing.
+const BLOCK_HELPERS_I64: &str = r#"__device__ __forceinline__ long long warp_sum_i64(long long v) {
+    for (int o = 16; o > 0; o >>= 1) v = (long long)((unsigned long long)v + (unsigned long long)__shfl_down_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ long long warp_max_i64(long long v) {
+    for (int o = 16; o > 0; o >>= 1) { const long long w = __shfl_down_sync(0xffffffffu, v, o); v = w > v ? w : v; }
+    return v;
+}
+__device__ long long block_sum_i64(long long v, long long* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_sum_i64(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < warps) ? sh[threadIdx.x] : 0LL;
+    if (warp == 0) v = warp_sum_i64(v);
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    const long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+__device__ long long block_max_i64(long long v, long long* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_max_i64(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < warps) ? sh[threadIdx.x] : (-9223372036854775807LL - 1LL);
+    if (warp == 0) v = warp_max_i64(v);
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    const long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+"#;
+
 /// What one row kernel computes.
 enum Shape3 {
     /// Sum, mean or max of each row into one output element.
@@ -70,7 +108,11 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     };
     let x = value_checked(kernel, xv)?;
     let y = value_checked(kernel, yv)?;
-    if !x.dtype.is_float() {
+    // Integer inputs: ReduceSum/Mean/Max only (ONNX defines no integer Softmax, LayerNormalization or pooling).
+    let integer = !x.dtype.is_float();
+    let int_ok = matches!(red.op, Op::ReduceSum { .. } | Op::ReduceMean { .. } | Op::ReduceMax { .. })
+        && x.dtype != graph_plan::DType::Bool;
+    if integer && !int_ok {
         return Err(unsupported(kernel, format!("{} over {} (node '{}')", red.op.name(), x.dtype, red.node)));
     }
     let xs = x.shape.dims().to_vec();
@@ -124,7 +166,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let bufs = Buffers::of(kernel)?;
     let mut e = Emitter::new(kernel, &bufs, None)?;
     e.indent = 1;
-    e.line("__shared__ float sh[32];");
+    e.line(if integer { "__shared__ long long sh[32];" } else { "__shared__ float sh[32];" });
     e.line("const long long r = blockIdx.x;");
     let base_terms: Vec<String> = kept
         .iter()
@@ -165,6 +207,33 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let yd = y.dtype;
     let ninf = "-__int_as_float(0x7f800000)";
     match what {
+        Shape3::Reduce { max, mean } if integer => {
+            // Integer mean truncates toward zero, as the simulator's.
+            let pass_ll = |e: &mut Emitter<'_>, init: &str, body: &dyn Fn(&str) -> String| -> CudaResult<()> {
+                e.line(&format!("long long acc = {init};"));
+                let j = e.fresh("j");
+                e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+                let i = e.def("long long", "i", &format!("base + {}", off(&j)));
+                let v = e.at(xv, &i)?;
+                e.line(&body(&format!("(long long){v}")));
+                e.close();
+                Ok(())
+            };
+            if max {
+                pass_ll(&mut e, &lowest(graph_plan::DType::I64), &|v| format!("acc = {v} > acc ? {v} : acc;"))?;
+                e.line("const long long tot = block_max_i64(acc, sh);");
+            } else {
+                pass_ll(&mut e, "0LL", &|v| {
+                    format!("acc = (long long)((unsigned long long)acc + (unsigned long long){v});")
+                })?;
+                e.line("const long long tot = block_sum_i64(acc, sh);");
+            }
+            if mean && len == 0 {
+                return Err(unsupported(kernel, format!("integer mean over an empty axis (node '{}')", red.node)));
+            }
+            let res = if mean { format!("tot / {len}LL") } else { "tot".to_owned() };
+            e.line(&format!("if (threadIdx.x == 0) b{yb}[r] = {};", store(&res, yd)));
+        }
         Shape3::Reduce { max, mean } => {
             if max {
                 pass(&mut e, "acc", ninf, &|v| format!("acc = fmaxf(acc, {v});"))?;
@@ -215,8 +284,9 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
         }
     }
     let body = std::mem::take(&mut e.out);
+    let helpers = if integer { BLOCK_HELPERS_I64 } else { BLOCK_HELPERS };
     let source =
-        format!("{PRELUDE}{BLOCK_HELPERS}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
+        format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
     Ok(KernelSource {
         kernel: kernel.id,
         name: kernel.name.clone(),
