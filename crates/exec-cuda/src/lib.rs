@@ -37,4 +37,4 @@ pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, Laun
 pub use error::{CudaError, CudaResult};
 pub use executor::{CudaExecutor, CudaOptions, CudaPrepared, PrepareInfo, SubmitMode};
 pub use nvrtc::{compile, CacheStats, CompileCache, CompileOptions, Ptx};
-pub use probe::{availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};
+pub use probe::{availability, cublas_availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};

@@ -465,3 +465,41 @@ fn fused_plans_match_reference_plans() {
         }
     }
 }
+
+/// Out-of-range Gather indices are clamped to the axis (a GPU kernel cannot report them; it must not read out of
+/// bounds): 5 -> 2, -7 -> -4 -> 0; in-range and negative ones as ONNX says.
+#[test]
+fn gather_clamps_out_of_range_indices() {
+    let mut g = ComputeGraph::new("t");
+    let d = g.add_input("d", DType::F32, [3, 2]).unwrap();
+    let idx = g.add_input("idx", DType::I64, [5]).unwrap();
+    let y = node(&mut g, "gather", Op::Gather { axis: 0 }, &[d, idx]);
+    g.mark_output(y).unwrap();
+    let dv = vec![10.0, 11.0, 20.0, 21.0, 30.0, 31.0];
+    let iv: Vec<u8> = [5i64, -7, 1, -1, i64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let Some(out) = run("gather_clamps", &g, 1, &[("d", f(&dv)), ("idx", iv)]) else { return };
+    close("gather clamps", &out[&g.tensor(y).name], &[30.0, 31.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
+}
+
+/// A Memcpy-to-host result lives in the plan's host region (mapped pinned memory on the GPU) and a later kernel
+/// reads it there; both the copy and the read are plan steps.
+#[test]
+fn memcpy_results_live_in_the_host_region() {
+    use graph_plan::ir::op::MemSpace;
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [4]).unwrap();
+    let r = node(&mut g, "r", Op::Relu, &[x]);
+    let h = node(&mut g, "to_host", Op::Memcpy { to: MemSpace::Host }, &[r]);
+    let y = node(&mut g, "y", Op::Neg, &[h]);
+    g.mark_output(h).unwrap();
+    g.mark_output(y).unwrap();
+    let mut opts = PlanOptions::with_streams(2);
+    opts.fusion.caps = codegen::fusion_caps();
+    let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+    let host = plan.bindings().iter().find(|b| b.name == g.tensor(h).name).unwrap();
+    assert_eq!(host.buffer.region, graph_plan::Region::Host, "{plan}");
+    assert!(plan.steps.iter().any(|s| matches!(s, graph_plan::PlanStep::Copy { .. })), "{plan}");
+    let Some(out) = run("memcpy_host", &g, 2, &[("x", f(&[-1.0, 2.0, -3.0, 4.0]))]) else { return };
+    close("to_host", &out[&g.tensor(h).name], &[0.0, 2.0, 0.0, 4.0]);
+    close("y", &out[&g.tensor(y).name], &[0.0, -2.0, 0.0, -4.0]);
+}

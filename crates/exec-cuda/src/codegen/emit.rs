@@ -508,7 +508,12 @@ impl<'k> Emitter<'k> {
                 let ii2 = self.def("long long", "t", &join_or_zero(&iterms));
                 let raw = self.at(iv, &ii2)?;
                 let dim = dshape[a];
-                // Negative indices count from the end; out-of-range ones are clamped so no load leaves the buffer.
+                if dim == 0 && oshape.iter().all(|&d| d > 0) {
+                    return Err(unsupported(k, format!("Gather from an empty axis (node '{}')", instr.node)));
+                }
+                // Negative indices count from the end; out-of-range ones are clamped to [0, dim - 1], so no load
+                // leaves the buffer. A kernel cannot report them (the simulator does): the result is then the
+                // nearest edge row, which the crate docs state.
                 let g = self.def(
                     "long long",
                     "t",
