@@ -441,25 +441,43 @@ fn dir_bytes(dir: &Path) -> u64 {
 /// The device-side wrapper, written into the bundle by `--prepare`.
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # Written by `cargo xtask gpu-check --prepare`. Runs the prepared GPU check on a machine with an NVIDIA GPU:
-#     bash target/gpu-check/run.sh        (from the repository root; the bundle is target/gpu-check)
+#     bash target/gpu-check/run.sh [--sim] [--runs N]     (from the repository root; the bundle is target/gpu-check)
 # The report lands in target/gpu-check/report.md, and in $OUT when that is set (the device tool's output folder).
 set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# cudarc dlopens libcuda.so.1, libnvrtc.so(.12) and libcublas.so(.12) by name: make the usual places visible, and
-# give a CUDA 13 cuBLAS/NVRTC the unversioned names cudarc also tries (their C APIs used here are unchanged).
+# cudarc dlopens libcuda.so.1, libnvrtc.so.12 (or libnvrtc.so) and libcublas.so.12 (or libcublas.so) by name.
+# Make the usual folders visible, and when only a CUDA 13 cuBLAS/NVRTC exists (a toolkit or a pip wheel), give it
+# the unversioned name cudarc also tries: the C entry points used here are unchanged in 13.
 LIBS="$HERE/lib"
 mkdir -p "$LIBS"
 DIRS=""
 for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && DIRS="$DIRS:$d"
 done
-for lib in cublas cublasLt nvrtc nvrtc-builtins; do
-    if ! ldconfig -p 2>/dev/null | grep -q "lib$lib.so.12 " && ! ls $(echo "$DIRS" | tr ':' ' ') 2>/dev/null | grep -q "^lib$lib.so.12$"; then
-        found="$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt /usr/local/lib /usr/lib/python3* -name "lib$lib.so.1[23]*" 2>/dev/null | grep -v '\.alt\.' | sort | tail -1)"
-        if [ -n "$found" ]; then
-            ln -sf "$found" "$LIBS/lib$lib.so"
-            DIRS="$DIRS:$(dirname "$found")"
-        fi
+visible() { # is $1 loadable by name already?
+    ldconfig -p 2>/dev/null | grep -q "[[:space:]]$1 (" && return 0
+    local d
+    for d in ${DIRS//:/ }; do [ -e "$d/$1" ] && return 0; done
+    return 1
+}
+FOUND=""
+for lib in cublas nvrtc; do
+    visible "lib$lib.so.12" && continue
+    if [ -z "$FOUND" ]; then
+        FOUND="$(find /usr/local /usr/lib/x86_64-linux-gnu /opt /usr/lib/python3* \( -name 'libcublas.so.1[23]*' \
+            -o -name 'libnvrtc.so.1[23]*' \) 2>/dev/null | sort)"
+    fi
+    pick="$(echo "$FOUND" | grep "/lib$lib\.so\.12" | head -1)"
+    [ -z "$pick" ] && pick="$(echo "$FOUND" | grep "/lib$lib\.so\.13" | head -1)"
+    if [ -n "$pick" ]; then
+        ln -sf "$pick" "$LIBS/lib$lib.so"
+        DIRS="$DIRS:$(dirname "$pick")" # its companions (libcublasLt, libnvrtc-builtins) load from there
+        echo "gpu-check: lib$lib: $pick"
+    else
+        case $lib in
+            cublas) echo "gpu-check: libcublas not found: products run as generated kernels" ;;
+            *) echo "gpu-check: libnvrtc not found: kernels come from the bundle's PTX cache only" ;;
+        esac
     fi
 done
 export LD_LIBRARY_PATH="$LIBS$DIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -469,7 +487,7 @@ if [ -x "$HERE/xtask" ]; then
     "$HERE/xtask" gpu-check --bundle "$HERE" "$@"
 else
     echo "gpu-check: no prepared binary in $HERE; building with cargo" >&2
-    cargo xtask gpu-check --bundle "$HERE" "$@"
+    cargo run --release -p xtask -- gpu-check --bundle "$HERE" "$@"
 fi
 rc=$?
 if [ -n "${OUT:-}" ] && [ -f "$HERE/report.md" ]; then cp "$HERE/report.md" "$OUT/"; fi
