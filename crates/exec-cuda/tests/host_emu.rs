@@ -503,3 +503,131 @@ fn memcpy_results_live_in_the_host_region() {
     close("to_host", &out[&g.tensor(h).name], &[0.0, 2.0, 0.0, 4.0]);
     close("y", &out[&g.tensor(y).name], &[0.0, -2.0, 0.0, -4.0]);
 }
+
+/// Row kernels with `reduction_fusion`: decomposed LayerNormalization and Softmax, a scaled and masked Softmax with
+/// a consumer, a reduction feeding a per-row epilogue, and the transformer family; the fused plan's generated
+/// kernels give the reference plan's numbers (both through the host emulator, one program).
+#[test]
+fn fused_row_kernels_match_reference_plans() {
+    use common::host::HostProgram;
+    let test = "fused_row_kernels_match_reference_plans";
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP {test}: no host C++ compiler");
+        return;
+    };
+    let f32t = DType::F32;
+    let mut graphs = Vec::new();
+    {
+        // LayerNormalization spelt out, over [2, 3, 40] rows of 40.
+        let mut g = ComputeGraph::new("decomposed_layernorm");
+        let x = g.add_input("x", f32t, [2, 3, 40]).unwrap();
+        let sc = g.add_weight("sc", f32t, [40]).unwrap();
+        let bi = g.add_weight("bi", f32t, [40]).unwrap();
+        let two = g.add_constant("two", f32t, [], 2.0f32.to_le_bytes().to_vec()).unwrap();
+        let eps = g.add_constant("eps", f32t, [], 1e-5f32.to_le_bytes().to_vec()).unwrap();
+        let mean = node(&mut g, "mean", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true }, &[x]);
+        let d = node(&mut g, "d", Op::Sub, &[x, mean]);
+        let sq = node(&mut g, "sq", Op::Pow, &[d, two]);
+        let var = node(&mut g, "var", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true }, &[sq]);
+        let ve = node(&mut g, "ve", Op::Add, &[var, eps]);
+        let sd = node(&mut g, "sd", Op::Sqrt, &[ve]);
+        let n = node(&mut g, "n", Op::Div, &[d, sd]);
+        let m = node(&mut g, "m", Op::Mul, &[n, sc]);
+        let y = node(&mut g, "y", Op::Add, &[m, bi]);
+        g.mark_output(y).unwrap();
+        graphs.push(g);
+    }
+    {
+        // Softmax spelt out, then a consumer; the row max is also an output (one per row).
+        let mut g = ComputeGraph::new("decomposed_softmax");
+        let x = g.add_input("x", f32t, [4, 33]).unwrap();
+        let mx = node(&mut g, "mx", Op::ReduceMax { axes: Some(vec![1]), keepdims: true }, &[x]);
+        let d = node(&mut g, "d", Op::Sub, &[x, mx]);
+        let ex = node(&mut g, "ex", Op::Exp, &[d]);
+        let sm = node(&mut g, "sm", Op::ReduceSum { axes: Some(vec![1]), keepdims: true }, &[ex]);
+        let p = node(&mut g, "p", Op::Div, &[ex, sm]);
+        let y = node(&mut g, "y", Op::Relu, &[p]);
+        g.mark_output(y).unwrap();
+        g.mark_output(mx).unwrap();
+        graphs.push(g);
+    }
+    {
+        // Softmax of scaled, masked scores, with a consumer; a row sum with a per-row epilogue.
+        let mut g = ComputeGraph::new("softmax_producers");
+        let s = g.add_input("s", f32t, [2, 2, 5, 5]).unwrap();
+        let mask = g.add_input("mask", f32t, [5]).unwrap();
+        let k = g.add_constant("k", f32t, [], 0.125f32.to_le_bytes().to_vec()).unwrap();
+        let sc = node(&mut g, "sc", Op::Mul, &[s, k]);
+        let mk = node(&mut g, "mk", Op::Add, &[sc, mask]);
+        let sm = node(&mut g, "softmax", Op::Softmax { axis: -1 }, &[mk]);
+        let y = node(&mut g, "y", Op::Mul, &[sm, s]);
+        g.mark_output(y).unwrap();
+        let t = g.add_input("t", f32t, [3, 7]).unwrap();
+        let e = node(&mut g, "e", Op::Abs, &[t]);
+        let rs = node(&mut g, "rs", Op::ReduceSum { axes: Some(vec![1]), keepdims: false }, &[e]);
+        let z = node(&mut g, "z", Op::Sqrt, &[rs]);
+        g.mark_output(z).unwrap();
+        graphs.push(g);
+    }
+    graphs.push(synth::transformer(1, 16, 2, 8, 1).unwrap());
+    let mut fused = PlanOptions::with_streams(2);
+    fused.fusion.caps = codegen::fusion_caps();
+    fused.fusion.caps.reduction_fusion = true;
+    let mut reference = PlanOptions::reference();
+    reference.fusion.caps = codegen::fusion_caps();
+    let mut runs = Vec::new();
+    for g in &graphs {
+        for (tag, opts) in [("ref", &reference), ("fused", &fused)] {
+            let plan = ExecutionPlan::build_with(g, opts).unwrap();
+            graph_plan::verify(&plan).unwrap();
+            let sources = codegen::generate_all(&plan).unwrap_or_else(|e| panic!("{} {tag}: {e}", g.name()));
+            runs.push((g.name().to_owned(), tag, plan, sources));
+        }
+    }
+    let rows = runs.iter().flat_map(|r| &r.3).filter(|s| matches!(s.launch, codegen::Launch::Rows { .. })).count();
+    let program = HostProgram::build(cxx, "fused-rows", runs.iter().flat_map(|r| &r.3));
+    // Output bytes by binding name, per (graph, plan tag).
+    type Outputs = HashMap<String, Vec<u8>>;
+    let mut outs: HashMap<(String, &str), Outputs> = HashMap::new();
+    for (name, tag, plan, sources) in &runs {
+        let mut regions = HostRegions::new(plan);
+        for b in plan.bindings() {
+            let t = match &b.data {
+                Some(d) => d.clone(),
+                None => graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 4, false).data,
+            };
+            if b.role != BindingRole::Output {
+                regions.bytes_mut(b.buffer).copy_from_slice(&t);
+            }
+        }
+        program.run(plan, sources, &mut regions);
+        let o = plan
+            .bindings()
+            .iter()
+            .filter(|b| b.role == BindingRole::Output)
+            .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
+            .collect();
+        outs.insert((name.clone(), tag), o);
+    }
+    for g in &graphs {
+        let (r, o) = (&outs[&(g.name().to_owned(), "ref")], &outs[&(g.name().to_owned(), "fused")]);
+        assert_eq!(r.len(), o.len(), "{}: both plans bind the same outputs", g.name());
+        for (name, rb) in r {
+            let ob = o.get(name).unwrap_or_else(|| panic!("fused plan lacks '{name}'"));
+            let (rv, ov) = (common::from_bytes(rb), common::from_bytes(ob));
+            assert_eq!(rv.len(), ov.len(), "{}: '{name}' lengths", g.name());
+            assert!(rv.iter().all(|v| v.is_finite()), "{}: reference '{name}' is not finite", g.name());
+            for (i, (a, b)) in rv.iter().zip(&ov).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * a.abs().max(1.0),
+                    "{}: '{name}'[{i}]: reference {a}, fused {b}",
+                    g.name()
+                );
+            }
+        }
+    }
+    for (name, tag, plan, _) in &runs {
+        eprintln!("{test}: {name} {tag}: {} kernels", plan.kernels().len());
+    }
+    eprintln!("{test}: {} plans, {rows} row kernels", runs.len());
+}

@@ -178,6 +178,19 @@ pub(crate) struct Emitter<'k> {
     pub(crate) indent: usize,
     memo: Vec<HashMap<(ValueId, String), String>>,
     next: usize,
+    /// Values a row kernel has already reduced (one per row) or can express per element from per-row results.
+    pub(crate) rows: HashMap<ValueId, RowValue>,
+}
+
+/// A value of a fused row kernel known through per-row results (`reduce::fused`).
+#[derive(Clone, Debug)]
+pub(crate) enum RowValue {
+    /// One value per row, held in a C variable.
+    Scalar(String),
+    /// Softmax's output element: `exp(x - max) / sum`.
+    Softmax { x: ValueId, max: String, sum: String },
+    /// LayerNormalization's output element: `(x - mean) * rstd * scale (+ bias)`.
+    LayerNorm { x: ValueId, mean: String, rstd: String, scale: ValueId, bias: Option<ValueId> },
 }
 
 impl<'k> Emitter<'k> {
@@ -205,6 +218,7 @@ impl<'k> Emitter<'k> {
             indent: 0,
             memo: vec![HashMap::new()],
             next: 0,
+            rows: HashMap::new(),
         })
     }
 
@@ -252,7 +266,9 @@ impl<'k> Emitter<'k> {
             return Ok(name.clone());
         }
         let val = self.value(v)?;
-        let name = if let Some(&b) = self.read_buf.get(&v) {
+        let name = if let Some(rv) = self.rows.get(&v).cloned() {
+            self.row_value(v, rv, idx)?
+        } else if let Some(&b) = self.read_buf.get(&v) {
             let d = self.buf_dtype.get(b).copied().unwrap_or(val.dtype);
             self.def(compute_type(val.dtype), "v", &load(&format!("b{b}"), idx, d))
         } else if let Some(&(ii, pos)) = self.producer.get(&v) {
@@ -264,6 +280,33 @@ impl<'k> Emitter<'k> {
             m.insert(key, name.clone());
         }
         Ok(name)
+    }
+
+    /// A row kernel's value at element `idx` of its own shape, from per-row results.
+    fn row_value(&mut self, v: ValueId, rv: RowValue, idx: &str) -> CudaResult<String> {
+        let out = self.value(v)?;
+        let (od, oshape) = (out.dtype, out.shape.dims().to_vec());
+        match rv {
+            RowValue::Scalar(name) => Ok(name),
+            RowValue::Softmax { x, max, sum } => {
+                let xi = self.at(x, idx)?;
+                Ok(self.def("float", "v", &round(&format!("expf({xi} - {max}) / {sum}"), od)))
+            }
+            RowValue::LayerNorm { x, mean, rstd, scale, bias } => {
+                let xi = self.at(x, idx)?;
+                let sshape = self.value(scale)?.shape.dims().to_vec();
+                let si = self.broadcast_index(idx, &oshape, &sshape);
+                let s = self.at(scale, &si)?;
+                let mut expr = format!("({xi} - {mean}) * {rstd} * {s}");
+                if let Some(b) = bias {
+                    let bshape = self.value(b)?.shape.dims().to_vec();
+                    let bi = self.broadcast_index(idx, &oshape, &bshape);
+                    let bv = self.at(b, &bi)?;
+                    expr = format!("{expr} + {bv}");
+                }
+                Ok(self.def("float", "v", &round(&expr, od)))
+            }
+        }
     }
 
     /// Coordinate `d` of linear index `idx` in `shape`, as a C expression.

@@ -101,8 +101,11 @@ pub struct KernelSource {
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
-/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs); row kernels take
-/// one reduction with elementwise producers, but not epilogues, so `reduction_fusion` stays off until they do.
+/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs) and any chain of
+/// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
+/// floating-point reductions over one domain with elementwise producers and consumers, full-shaped or per-row
+/// (`reduce::fused`: the decomposed LayerNormalization and Softmax are one kernel each). Integer reductions run
+/// alone. Kernel parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
 #[must_use]
 pub fn fusion_caps() -> FusionCaps {
     FusionCaps {
@@ -110,7 +113,7 @@ pub fn fusion_caps() -> FusionCaps {
         gemm_epilogue: true,
         conv_epilogue: true,
         pool_epilogue: true,
-        reduction_fusion: false,
+        reduction_fusion: true,
         multi_output: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
