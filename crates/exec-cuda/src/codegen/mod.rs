@@ -103,9 +103,9 @@ pub struct KernelSource {
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
 /// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs) and any chain of
 /// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
-/// floating-point reductions over one domain with elementwise producers and consumers, full-shaped or per-row
-/// (`reduce::fused`: the decomposed LayerNormalization and Softmax are one kernel each). Integer reductions run
-/// alone. Kernel parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
+/// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
+/// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too). Kernel
+/// parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
 #[must_use]
 pub fn fusion_caps() -> FusionCaps {
     FusionCaps {

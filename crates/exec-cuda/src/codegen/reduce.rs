@@ -4,7 +4,7 @@
 
 use graph_plan::{Access, Kernel, Op, Shape, ValueId};
 
-use super::emit::{flit, lowest, norm_axis, round, store, Emitter, RowValue, PRELUDE};
+use super::emit::{compute_type, flit, lowest, norm_axis, round, store, Emitter, RowValue, PRELUDE};
 use super::{unsupported, value_checked, Buffers, KernelSource, Launch, ENTRY, ROW_BLOCK};
 use crate::error::CudaResult;
 
@@ -144,21 +144,24 @@ fn canonical(xs: &[usize], reduced: &[usize]) -> Domain {
 /// (one per row). One block per row; for each reduction in program order, one pass over the row per partial result
 /// (its producers computed inline at each element, reading earlier per-row results), combined across the block;
 /// per-row values computed once, after the reductions they need; a last pass writes the full-shaped outputs and
-/// thread 0 the per-row ones. Floating-point inputs only.
+/// thread 0 the per-row ones. Integer ReduceSum/Mean/Max accumulate in 64 bits, as the plain path.
 fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     // The domain, from the first reduction; every other must agree with it.
     let mut domain: Option<(Vec<usize>, Vec<usize>, Domain)> = None;
+    let mut integer = false;
     for red in kernel.body.iter().filter(|i| is_reduction(i)) {
         let xv =
             *red.inputs.first().ok_or_else(|| unsupported(kernel, format!("node '{}' lacks operands", red.node)))?;
         let x = value_checked(kernel, xv)?;
-        if !x.dtype.is_float() {
+        let (reduced, what) = reduction_of(kernel, red)?;
+        // Integer inputs: sums, means and maxima (ONNX defines no integer Softmax or LayerNormalization).
+        if !x.dtype.is_float() && (x.dtype == graph_plan::DType::Bool || !matches!(what, Shape3::Reduce { .. })) {
             return Err(unsupported(
                 kernel,
-                format!("{} over {} in a fused row kernel (node '{}')", red.op.name(), x.dtype, red.node),
+                format!("{} over {} in a row kernel (node '{}')", red.op.name(), x.dtype, red.node),
             ));
         }
-        let (reduced, _) = reduction_of(kernel, red)?;
+        integer |= !x.dtype.is_float();
         let canon = canonical(x.shape.dims(), &reduced);
         match &domain {
             None => domain = Some((x.shape.dims().to_vec(), reduced, canon)),
@@ -215,6 +218,9 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     let mut e = Emitter::new(kernel, &bufs, None)?;
     e.indent = 1;
     e.line("__shared__ float sh[32];");
+    if integer {
+        e.line("__shared__ long long shl[32];");
+    }
     e.line("const long long r = blockIdx.x;");
     let base_terms: Vec<String> = kept
         .iter()
@@ -232,19 +238,25 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
             .collect();
         join_or_zero(&terms)
     };
-    // One pass over the row accumulating `body(element)` into a fresh float initialised to `init`; returns its name.
-    let pass =
-        |e: &mut Emitter<'_>, xv: ValueId, init: &str, body: &dyn Fn(&str, &str) -> String| -> CudaResult<String> {
-            let acc = e.fresh("acc");
-            e.line(&format!("float {acc} = {init};"));
-            let j = e.fresh("j");
-            e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
-            let i = e.def("long long", "i", &format!("base + {}", off(&j)));
-            let v = e.at(xv, &i)?;
-            e.line(&body(&acc, &v));
-            e.close();
-            Ok(acc)
-        };
+    // One pass over the row accumulating `body(acc, element)` into a fresh `float` (or, `wide`, `long long` with
+    // the element widened) initialised to `init`; returns the accumulator's name.
+    let pass = |e: &mut Emitter<'_>,
+                xv: ValueId,
+                wide: bool,
+                init: &str,
+                body: &dyn Fn(&str, &str) -> String|
+     -> CudaResult<String> {
+        let acc = e.fresh("acc");
+        e.line(&format!("{} {acc} = {init};", if wide { "long long" } else { "float" }));
+        let j = e.fresh("j");
+        e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+        let i = e.def("long long", "i", &format!("base + {}", off(&j)));
+        let v = e.at(xv, &i)?;
+        let v = if wide { format!("(long long){v}") } else { v };
+        e.line(&body(&acc, &v));
+        e.close();
+        Ok(acc)
+    };
     let ninf = "-__int_as_float(0x7f800000)";
     let len_f = flit(len as f32);
     for instr in &kernel.body {
@@ -264,12 +276,36 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         let yd = value_checked(kernel, yv)?.dtype;
         let (_, what) = reduction_of(kernel, instr)?;
         match what {
+            Shape3::Reduce { max, mean } if !value_checked(kernel, xv)?.dtype.is_float() => {
+                // As the plain path: 64-bit partials, sums wrap (two's complement), means truncate toward zero.
+                let tot = if max {
+                    let lo = lowest(graph_plan::DType::I64);
+                    let acc = pass(&mut e, xv, true, &lo, &|a, v| format!("{a} = {v} > {a} ? {v} : {a};"))?;
+                    format!("block_max_i64({acc}, shl)")
+                } else {
+                    let acc = pass(&mut e, xv, true, "0LL", &|a, v| {
+                        format!("{a} = (long long)((unsigned long long){a} + (unsigned long long){v});")
+                    })?;
+                    format!("block_sum_i64({acc}, shl)")
+                };
+                let tot = e.def("long long", "s", &tot);
+                if mean && len == 0 {
+                    return Err(unsupported(
+                        kernel,
+                        format!("integer mean over an empty axis (node '{}')", instr.node),
+                    ));
+                }
+                let res = if mean { format!("{tot} / {len}LL") } else { tot };
+                let ct = compute_type(yd);
+                let name = e.def(ct, "s", &round(&format!("({ct})({res})"), yd));
+                e.rows.insert(yv, RowValue::Scalar(name));
+            }
             Shape3::Reduce { max, mean } => {
                 let tot = if max {
-                    let acc = pass(&mut e, xv, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
+                    let acc = pass(&mut e, xv, false, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
                     format!("block_max({acc}, sh)")
                 } else {
-                    let acc = pass(&mut e, xv, "0.0f", &|a, v| format!("{a} += {v};"))?;
+                    let acc = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += {v};"))?;
                     format!("block_sum({acc}, sh)")
                 };
                 let tot = e.def("float", "s", &tot);
@@ -278,16 +314,16 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
                 e.rows.insert(yv, RowValue::Scalar(name));
             }
             Shape3::Softmax => {
-                let mx = pass(&mut e, xv, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
+                let mx = pass(&mut e, xv, false, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
                 let max = e.def("float", "s", &format!("block_max({mx}, sh)"));
-                let sm = pass(&mut e, xv, "0.0f", &|a, v| format!("{a} += expf({v} - {max});"))?;
+                let sm = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += expf({v} - {max});"))?;
                 let sum = e.def("float", "s", &format!("block_sum({sm}, sh)"));
                 e.rows.insert(yv, RowValue::Softmax { x: xv, max, sum });
             }
             Shape3::LayerNorm { epsilon, scale, bias } => {
-                let s1 = pass(&mut e, xv, "0.0f", &|a, v| format!("{a} += {v};"))?;
+                let s1 = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += {v};"))?;
                 let mean = e.def("float", "s", &format!("block_sum({s1}, sh) / {len_f}"));
-                let s2 = pass(&mut e, xv, "0.0f", &|a, v| format!("{a} += ({v} - {mean}) * ({v} - {mean});"))?;
+                let s2 = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += ({v} - {mean}) * ({v} - {mean});"))?;
                 let rstd =
                     e.def("float", "s", &format!("1.0f / sqrtf(block_sum({s2}, sh) / {len_f} + {})", flit(epsilon)));
                 e.rows.insert(yv, RowValue::LayerNorm { x: xv, mean, rstd, scale, bias });
@@ -328,8 +364,9 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         e.close();
     }
     let body = std::mem::take(&mut e.out);
+    let helpers = if integer { format!("{BLOCK_HELPERS}{BLOCK_HELPERS_I64}") } else { BLOCK_HELPERS.to_owned() };
     let source =
-        format!("{PRELUDE}{BLOCK_HELPERS}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
+        format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
     Ok(KernelSource {
         kernel: kernel.id,
         name: kernel.name.clone(),
