@@ -375,10 +375,45 @@ fn prepare(args: &Args) -> Result<()> {
         if models.is_none() { " (no models: they will be skipped)" } else { "" }
     );
     println!("  device: carry [\"target/gpu-check\"], run `bash target/gpu-check/run.sh` (timeout 600 s)");
+    for line in device_plan(cases.len(), &work) {
+        println!("    {line}");
+    }
     if size > 60 << 20 {
         bail!("the bundle is over 60 MiB: it would not fit the device tool's 64 MiB carry");
     }
     Ok(())
+}
+
+/// What the device run will do with this bundle, one line each (printed by `--prepare`, so that whoever spends the
+/// device time knows what it buys).
+fn device_plan(cases: usize, work: &[Workload]) -> Vec<String> {
+    let named =
+        |timed: bool| -> Vec<&str> { work.iter().filter(|w| w.timed == timed).map(|w| w.name.as_str()).collect() };
+    let mut lines = vec![
+        "the device run, from the bundle alone (no cargo, no NVRTC needed there):".to_owned(),
+        "1. opens GPU 0 (without a driver: says why and exits 2, or 0 with --allow-skip); without NVRTC there, checks \
+         that every kernel it will launch is in ptx-cache for the GPU's architecture and names any missing one"
+            .to_owned(),
+        format!(
+            "2. conformance: {cases} cases x 2 plans (optimised on 2 streams, reference) on exec-sim and on exec-cuda \
+             in graph replay and in eager submission ({TOLERANCE:e} relative), graph == eager bitwise"
+        ),
+        format!(
+            "3. workloads through exec-cuda (both modes) against exec-sim's reference-plan outputs in reference/ \
+             ({TOLERANCE:e} relative): {}",
+            work.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        format!(
+            "4. timings, CUDA events, median of {RUNS} runs after {WARMUP} warm-up runs, eager vs graph replay: {}",
+            named(true).join(", ")
+        ),
+        "5. writes report.md into the bundle and into $OUT; exits non-zero when any check fails".to_owned(),
+    ];
+    let untimed = named(false);
+    if !untimed.is_empty() {
+        lines.push(format!("(checked, not timed: {})", untimed.join(", ")));
+    }
+    lines
 }
 
 /// Checks, without NVRTC, that every kernel the run needs is in the bundle's PTX cache for each `--arch`.

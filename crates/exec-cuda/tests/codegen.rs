@@ -94,6 +94,30 @@ fn golden_broadcast_and_softmax() {
     golden("bcast_softmax", &src);
 }
 
+/// Reduction fusion (this backend's caps): Softmax spelt out (ReduceMax, Sub, Exp, ReduceSum, Div) on a broadcast
+/// add, with a Relu after it, is one row kernel (`reduce::fused`): the add is computed inline in each pass over the
+/// row, the per-row max and sum once per block, and the Relu in the last pass that writes the row.
+#[test]
+fn golden_fused_row_kernel() {
+    let mut g = ComputeGraph::new("decomposed_softmax");
+    let x = g.add_input("x", DType::F32, [2, 3]).unwrap();
+    let b = g.add_weight("b", DType::F32, [3]).unwrap();
+    let mut node = |name: &str, op: Op, ins: &[graph_plan::ir::TensorId]| g.add_node(name, op, ins).unwrap()[0];
+    let s = node("add", Op::Add, &[x, b]);
+    let mx = node("max", Op::ReduceMax { axes: Some(vec![-1]), keepdims: true }, &[s]);
+    let d = node("sub", Op::Sub, &[s, mx]);
+    let e = node("exp", Op::Exp, &[d]);
+    let sm = node("sum", Op::ReduceSum { axes: Some(vec![-1]), keepdims: true }, &[e]);
+    let p = node("div", Op::Div, &[e, sm]);
+    let y = node("relu", Op::Relu, &[p]);
+    g.mark_output(y).unwrap();
+    let p = plan(&g, 1);
+    graph_plan::verify(&p).unwrap();
+    let src = codegen::generate_all(&p).unwrap();
+    assert_eq!(src.iter().map(|s| s.launch).collect::<Vec<_>>(), [Launch::Rows { rows: 2, block: 256 }]);
+    golden("fused_softmax", &src);
+}
+
 #[test]
 fn golden_mlp_uses_cublas_and_an_epilogue() {
     let g = synth::mlp(1, 4, 2).unwrap();
