@@ -424,6 +424,7 @@ pub fn linearise(
         makespan_bound_us: 0.0,
         critical_path_us: 0.0,
         one_stream_us: 0.0,
+        stream_limit_bound_us: 0.0,
         reuse_edges: mem.reuse_edges.len(),
         in_place_count: mem.in_place_count,
         bytes_moved,
@@ -470,6 +471,7 @@ pub fn linearise(
     plan.stats.makespan_bound_us = b.bound_us;
     plan.stats.critical_path_us = b.critical_path_us;
     plan.stats.one_stream_us = t.serial_us;
+    plan.stats.stream_limit_bound_us = b.bound_us.max(t.serial_us / opts.max_streams.max(1) as f64);
     Ok(plan)
 }
 

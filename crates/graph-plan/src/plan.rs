@@ -269,6 +269,10 @@ pub struct PlanStats {
     /// Modelled makespan of the same launches on one stream (the sum of launch times).
     #[serde(default)]
     pub one_stream_us: f64,
+    /// The bound with the stream limit: max(`makespan_bound_us`, `one_stream_us` / max streams), since each
+    /// stream runs one launch at a time and no launch runs faster than alone.
+    #[serde(default)]
+    pub stream_limit_bound_us: f64,
     /// Reuse edges the memory plan requires.
     pub reuse_edges: usize,
     /// Tensors written in place over a dying input.

@@ -9,14 +9,18 @@
 //!    Hopcroft-Karp) gives the minimum number of chains that cover the reduction: groups of one chain are
 //!    ordered, unordered groups never share a chain (maximum logical concurrency), and the cross-chain edges are
 //!    as few as possible. O(E log E + E sqrt N).
-//! 3. `merge`: with more chains than streams, chains go onto streams critical path first, each where it overlaps
-//!    the least modelled busy time (then the least load). O(N k log N).
+//! 3. With more chains than streams, two candidates, the one with the shorter modelled makespan kept (ties:
+//!    fewer waits): `merge` puts whole chains onto streams, critical path first, each where it overlaps the
+//!    least modelled busy time (then the least load), keeping group order, O(N k log N), tried while there are
+//!    at most `MERGE_CHAINS_PER_STREAM` chains per stream; `schedule` list-schedules groups on `k` streams by
+//!    longest path to the end under the timing model, keeping chain successors on their predecessor's stream
+//!    when it is free, and submits them in start order, O((N + E) log N + N k).
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
 //!
-//! Submission order stays the fusion plan's group order (a topological order of data and reuse edges), so each
-//! stream runs its groups in that order and every wait follows its record.
+//! Submission order is the fusion plan's group order, or the list schedule's start order (`StreamPlan::order`);
+//! either is a topological order of data and reuse edges, so every wait follows its record.
 
 mod chains;
 mod csr;
@@ -38,6 +42,11 @@ use crate::timing::{self, LaunchMode, Task, TaskId};
 
 /// Default reachability window of the transitive reduction (groups).
 pub const DEFAULT_WINDOW: usize = 4096;
+
+/// The chain merge is tried only while there are at most this many chains per stream: beyond, the chains'
+/// unlimited-stream intervals overlap so much that the list schedule always wins, and the merge's
+/// O(N k log N) would dominate the pass on million-group graphs.
+pub const MERGE_CHAINS_PER_STREAM: usize = 16;
 
 /// Options of the stream pass.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -271,9 +280,12 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
         candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
     } else {
-        let _s = tracing::debug_span!("merge").entered();
-        let merged = merge::merge(&chains.chains, &top, &time, &bottom, k);
-        candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
+        if chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k {
+            let _s = tracing::debug_span!("merge").entered();
+            let merged = merge::merge(&chains.chains, &top, &time, &bottom, k);
+            candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
+        }
+        let _s = tracing::debug_span!("list_schedule").entered();
         let mut prev = vec![u32::MAX; n];
         for (u, &v) in chains.next.iter().enumerate() {
             if v != u32::MAX {

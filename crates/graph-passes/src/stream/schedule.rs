@@ -3,8 +3,10 @@
 //!
 //! An event-driven simulation: whenever a stream is idle and a group is ready (all its predecessors finished),
 //! the ready group with the longest path to the end (bottom level; ties: the earlier group) starts. Its stream
-//! is chosen among the idle ones to save events: the stream that just ran its chain predecessor (the matching's
-//! choice), else one whose last group is a predecessor of it, else the idle stream with the lowest index. The
+//! is chosen among the idle ones to save events: the one where it needs the fewest new waits (vector clocks as
+//! the sync pass keeps them: a predecessor on another stream needs a wait unless the stream already follows
+//! it), then the stream that just ran its chain predecessor (the matching's choice), then one whose last group
+//! is a predecessor of it, then the lowest index. The
 //! start sequence is the submission order (a topological order: a group starts after its predecessors end),
 //! and replaying it in the evaluator gives the same schedule.
 //!
@@ -65,6 +67,9 @@ impl Ord for Running {
     }
 }
 
+/// Most entries (groups x streams) of the per-group vector clocks the scheduler keeps (256 MiB of `u32`).
+const MAX_CLOCK_ENTRIES: usize = 1 << 26;
+
 /// The result: each group's stream and the submission order.
 pub struct Schedule {
     /// Stream of each group.
@@ -92,12 +97,33 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
     let mut order = Vec::with_capacity(n);
     let mut running: BinaryHeap<Running> = BinaryHeap::new();
     let mut virt = 0f64;
+    let mut done: Vec<u32> = Vec::new();
     let mut idle_count = k;
+    // Vector clocks as the sync pass will compute them (clock[s][j]: latest position on stream j that stream s
+    // is known to follow), with each group's clock kept for later waits on it, so a group can go where it needs
+    // the fewest new waits. Skipped when the snapshots would be too large.
+    let track = n.saturating_mul(k) <= MAX_CLOCK_ENTRIES;
+    let mut clock = vec![0u32; if track { k * k } else { 0 }];
+    let mut snapshot = vec![0u32; if track { n * k } else { 0 }];
+    let mut seq = vec![0u32; if track { n } else { 0 }];
+    let mut count = vec![0u32; k];
+    let mut pos = vec![0u32; if track { n } else { 0 }];
     loop {
         while idle_count > 0 {
             let Some(r) = ready.pop() else { break };
             let g = r.group as usize;
             let ps = preds.row(g);
+            let new_waits = |s: usize| -> usize {
+                if !track {
+                    return 0;
+                }
+                ps.iter()
+                    .filter(|&&p| {
+                        let sp = stream_of[p as usize] as usize;
+                        sp != s && clock[s * k + sp] < seq[p as usize]
+                    })
+                    .count()
+            };
             let pick = (0..k)
                 .filter(|&s| idle[s])
                 .min_by_key(|&s| {
@@ -109,9 +135,37 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
                     } else {
                         2
                     };
-                    (rank, s)
+                    (new_waits(s), rank, s)
                 })
                 .unwrap_or(0);
+            if track {
+                // Waits latest first, as the sync pass takes them.
+                let mut waits: Vec<u32> = ps
+                    .iter()
+                    .copied()
+                    .filter(|&p| {
+                        let sp = stream_of[p as usize] as usize;
+                        sp != pick && clock[pick * k + sp] < seq[p as usize]
+                    })
+                    .collect();
+                waits.sort_unstable_by(|a, b| pos[*b as usize].cmp(&pos[*a as usize]));
+                for p in waits {
+                    let sp = stream_of[p as usize] as usize;
+                    if clock[pick * k + sp] >= seq[p as usize] {
+                        continue;
+                    }
+                    for j in 0..k {
+                        let v = snapshot[p as usize * k + j];
+                        let c = &mut clock[pick * k + j];
+                        *c = (*c).max(v);
+                    }
+                }
+                count[pick] += 1;
+                seq[g] = count[pick];
+                pos[g] = order.len() as u32;
+                clock[pick * k + pick] = seq[g];
+                snapshot[g * k..g * k + k].copy_from_slice(&clock[pick * k..pick * k + k]);
+            }
             idle[pick] = false;
             idle_count -= 1;
             last_on[pick] = g as u32;
@@ -121,13 +175,14 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
         }
         let Some(first) = running.pop() else { break };
         virt = virt.max(first.deadline);
-        let mut done = vec![first.group];
+        done.clear();
+        done.push(first.group);
         while running.peek().is_some_and(|r| r.deadline <= virt) {
             if let Some(r) = running.pop() {
                 done.push(r.group);
             }
         }
-        for g in done {
+        for &g in &done {
             let g = g as usize;
             idle[stream_of[g] as usize] = true;
             idle_count += 1;
