@@ -771,10 +771,14 @@ pub fn slice_plan(
             return attr_err("steps", "must be non-zero");
         }
         let norm = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
-        let (start, end) = if step > 0 {
+        // ONNX clamps starts into [0, dim] (positive steps) or [0, dim - 1] (negative steps), and ends into
+        // [0, dim] or [-1, dim - 1]; an empty axis yields nothing either way.
+        let (start, end) = if dim == 0 {
+            (0, 0)
+        } else if step > 0 {
             (norm(starts[k]).clamp(0, dim), norm(ends[k]).clamp(0, dim))
         } else {
-            (norm(starts[k]).clamp(-1, dim - 1), norm(ends[k]).clamp(-1, dim - 1))
+            (norm(starts[k]).clamp(0, dim - 1), norm(ends[k]).clamp(-1, dim - 1))
         };
         let count = if step > 0 {
             if end > start {
@@ -977,6 +981,11 @@ mod tests {
         assert_eq!(one(&sl, &[(F, s(&[4, 10]))]), (F, vec![3, 2]));
         let rev = Op::Slice { starts: vec![-1], ends: vec![i64::MIN], axes: None, steps: Some(vec![-2]) };
         assert_eq!(one(&rev, &[(F, s(&[5]))]), (F, vec![3]));
+        // negative step with a start before the axis clamps to index 0 (ONNX), taking one element
+        let neg = Op::Slice { starts: vec![-3], ends: vec![i64::MIN], axes: None, steps: Some(vec![-2]) };
+        assert_eq!(one(&neg, &[(F, s(&[2]))]), (F, vec![1]));
+        let on_empty = Op::Slice { starts: vec![-1], ends: vec![i64::MIN], axes: None, steps: Some(vec![-1]) };
+        assert_eq!(one(&on_empty, &[(F, s(&[0]))]), (F, vec![0]));
         let empty = Op::Slice { starts: vec![3], ends: vec![1], axes: None, steps: None };
         assert_eq!(one(&empty, &[(F, s(&[5]))]), (F, vec![0]));
         let zero = Op::Slice { starts: vec![0], ends: vec![1], axes: None, steps: Some(vec![0]) };

@@ -178,6 +178,12 @@ fn timed<T>(pass: Pass, ms: &mut Vec<(String, f64)>, f: impl FnOnce() -> T) -> T
 pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option<Pass>) -> GraphResult<PipelineResult> {
     opts.validate()?;
     graph.validate()?;
+    if opts.order == OrderStrategy::Memory {
+        return Err(GraphError::InvalidOption {
+            option: "order".into(),
+            detail: "memory-aware ordering is not available in this build yet".into(),
+        });
+    }
     let stop = |p: Pass| stop_after == Some(p);
     let mut ms = Vec::new();
     let topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;

@@ -1,0 +1,100 @@
+//! Loading a GRAPH argument: a `.json` file in our format, an `.onnx` model, or `-` for JSON on standard input.
+
+use anyhow::{bail, Context, Result};
+use graph_ir::ComputeGraph;
+use graph_plan::{HostTensor, TensorMap};
+use std::io::Read;
+use std::path::Path;
+
+/// Largest graph file read (hostile inputs fail with an error instead of exhausting memory).
+pub const MAX_FILE_BYTES: u64 = 2 << 30;
+
+/// Arguments shared by every command that reads a graph.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GraphArgs {
+    /// Graph file: `.json` (cuplan format), `.onnx`, or `-` for JSON on standard input.
+    pub graph: String,
+    /// Bind a symbolic ONNX dimension: NAME=VALUE (repeatable).
+    #[arg(long = "dim", value_name = "NAME=VALUE")]
+    pub dims: Vec<String>,
+}
+
+fn read_limited(mut r: impl Read, what: &str) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    r.by_ref().take(MAX_FILE_BYTES + 1).read_to_end(&mut buf).with_context(|| format!("reading {what}"))?;
+    if buf.len() as u64 > MAX_FILE_BYTES {
+        bail!("{what} is larger than the limit of {MAX_FILE_BYTES} bytes");
+    }
+    Ok(buf)
+}
+
+/// Parse `NAME=VALUE` bindings.
+pub fn parse_dims(dims: &[String]) -> Result<Vec<(String, usize)>> {
+    dims.iter()
+        .map(|d| {
+            let (n, v) = d.split_once('=').with_context(|| format!("--dim {d:?}: expected NAME=VALUE"))?;
+            let v: usize =
+                v.trim().parse().with_context(|| format!("--dim {d:?}: VALUE must be a non-negative integer"))?;
+            if n.trim().is_empty() {
+                bail!("--dim {d:?}: NAME is empty");
+            }
+            Ok((n.trim().to_string(), v))
+        })
+        .collect()
+}
+
+/// A loaded graph with the weight values its file carried (ONNX initializers with data).
+pub struct Loaded {
+    /// The graph.
+    pub graph: ComputeGraph,
+    /// Weight values from the file, by tensor name.
+    pub weights: TensorMap,
+    /// A line about the source format (opset, producer), for `validate`.
+    pub origin: Option<String>,
+}
+
+/// Load the graph named by `args`.
+pub fn load_graph(args: &GraphArgs) -> Result<ComputeGraph> {
+    Ok(load(args)?.graph)
+}
+
+/// Load the graph named by `args` with the weights its file carries.
+pub fn load(args: &GraphArgs) -> Result<Loaded> {
+    let dims = parse_dims(&args.dims)?;
+    let plain = |graph| Loaded { graph, weights: TensorMap::new(), origin: None };
+    if args.graph == "-" {
+        let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
+        let text = String::from_utf8(bytes).context("standard input is not UTF-8")?;
+        return Ok(plain(graph_ir::json::from_json(&text).context("standard input")?));
+    }
+    let path = Path::new(&args.graph);
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let bytes = read_limited(file, &format!("'{}'", path.display()))?;
+    let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    if is_onnx {
+        let opts = graph_onnx::ImportOptions::with_dims(dims);
+        let model = graph_onnx::import(&bytes, &opts).with_context(|| format!("'{}'", path.display()))?;
+        drop(bytes);
+        let mut weights = TensorMap::new();
+        for w in &model.weights {
+            weights
+                .insert(w.name.clone(), HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() });
+        }
+        let s = &model.stats;
+        let origin = format!(
+            "onnx opset {} (ir {}, producer {:?}): {} nodes, {} folded at import, {} weights with data",
+            model.opset,
+            model.ir_version,
+            model.producer,
+            s.onnx_nodes,
+            s.folded_nodes,
+            model.weights.len()
+        );
+        return Ok(Loaded { graph: model.graph, weights, origin: Some(origin) });
+    }
+    if !dims.is_empty() {
+        bail!("--dim applies to ONNX models only");
+    }
+    let text = String::from_utf8(bytes).with_context(|| format!("'{}' is not UTF-8 text", path.display()))?;
+    Ok(plain(graph_ir::json::from_json(&text).with_context(|| format!("'{}'", path.display()))?))
+}

@@ -1,0 +1,380 @@
+//! CUDA C code generation: one kernel source per plan kernel.
+//!
+//! Kernel shapes:
+//! - **per-element** kernels ([`emit`]): one thread per output element. Used for fused elementwise programs
+//!   (numpy broadcasting, views, BatchNormalization), data movement (Transpose, Slice, Concat, Gather, Expand, Pad,
+//!   Split), direct Conv, pools, and a plain MatMul/Gemm fallback. Every value is computed *at a linear index of
+//!   its own shape*, so fused producers, broadcasts and views compose without intermediate buffers.
+//! - **row** kernels ([`reduce`]): one block per output row, threads stride over the row, warp shuffles and one
+//!   shared-memory step combine partial results (ReduceSum/Mean/Max, Softmax, LayerNormalization,
+//!   GlobalAveragePool).
+//! - **cuBLAS** anchors: a MatMul/Gemm whose operands are plain f32 buffers runs as one (strided-batched) SGEMM
+//!   into its output buffer, followed by a per-element epilogue kernel for Gemm's C term and fused epilogue ops.
+//! - **custom** kernels: the user's source and entry point, arguments in input then output order.
+//!
+//! Sources depend only on shapes, dtypes and attributes, never on buffer offsets or kernel ids: every buffer is a
+//! kernel parameter and the entry point is always [`ENTRY`], so repeated patterns (the layers of a transformer)
+//! produce identical text and the compile cache compiles them once. Generation never panics: anything it cannot
+//! express is [`CudaError::Unsupported`] naming the kernel and the op.
+
+pub(crate) mod emit;
+pub(crate) mod reduce;
+
+use graph_plan::{Access, BufferRef, DType, ExecutionPlan, FusionCaps, GroupKind, Kernel, KernelId, Op, ValueId};
+
+use crate::blas::Matmul;
+use crate::device::ParamKind;
+use crate::error::{CudaError, CudaResult};
+
+/// The entry point of every generated kernel.
+pub const ENTRY: &str = "cuplan_kernel";
+
+/// Threads per block of per-element kernels.
+pub const ELEMENT_BLOCK: u32 = 256;
+/// Threads per block of row kernels (8 warps).
+pub const ROW_BLOCK: u32 = 256;
+
+/// How a generated kernel is launched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// One thread per element of `threads`, in blocks of `block`.
+    Elements {
+        /// Threads needed.
+        threads: u64,
+        /// Block size.
+        block: u32,
+    },
+    /// One block of `block` threads per row.
+    Rows {
+        /// Number of rows (blocks).
+        rows: u64,
+        /// Block size.
+        block: u32,
+    },
+    /// Fixed dimensions (custom kernels).
+    Fixed {
+        /// Grid.
+        grid: [u32; 3],
+        /// Block.
+        block: [u32; 3],
+        /// Dynamic shared memory bytes.
+        shared_mem_bytes: u32,
+    },
+    /// No kernel launch (a plain cuBLAS call does all the work).
+    None,
+}
+
+/// A cuBLAS product that runs before the kernel's own launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlasStep {
+    /// The row-major product (alpha applied, beta 0: C terms are added by the epilogue).
+    pub matmul: Matmul,
+    /// Operand A's buffer.
+    pub a: BufferRef,
+    /// Operand B's buffer.
+    pub b: BufferRef,
+    /// Where the product goes.
+    pub c: BufferRef,
+}
+
+/// The generated code of one plan kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelSource {
+    /// The plan kernel.
+    pub kernel: KernelId,
+    /// Its display name (the NVRTC program name, e.g. `k3`).
+    pub name: String,
+    /// The entry point in `source`.
+    pub entry: String,
+    /// CUDA C source (empty when `launch` is `Launch::None`).
+    pub source: String,
+    /// Kernel parameters, in order.
+    pub params: Vec<ParamKind>,
+    /// The buffer behind each parameter.
+    pub args: Vec<BufferRef>,
+    /// Launch shape.
+    pub launch: Launch,
+    /// A cuBLAS call to enqueue before the launch.
+    pub blas: Option<BlasStep>,
+}
+
+/// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
+///
+/// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
+/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs); row kernels take
+/// one reduction with elementwise producers, but not epilogues, so `reduction_fusion` stays off until they do.
+#[must_use]
+pub fn fusion_caps() -> FusionCaps {
+    FusionCaps {
+        matmul_epilogue: true,
+        gemm_epilogue: true,
+        conv_epilogue: true,
+        pool_epilogue: true,
+        reduction_fusion: false,
+        multi_output: true,
+        // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
+        max_inputs: 64,
+        max_ops: 64,
+    }
+}
+
+/// Generates every kernel of `plan`, in kernel id order.
+///
+/// # Errors
+/// The first kernel that cannot be generated, as [`generate`].
+pub fn generate_all(plan: &ExecutionPlan) -> CudaResult<Vec<KernelSource>> {
+    plan.kernels().iter().map(generate).collect()
+}
+
+/// Generates the code of one plan kernel.
+///
+/// # Errors
+/// [`CudaError::Unsupported`] naming the kernel and what it cannot express.
+pub fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
+    let mut src = match kernel.kind {
+        GroupKind::Custom => custom(kernel),
+        GroupKind::Copy => Err(unsupported(kernel, "a copy group has no kernel (it is a Copy step)")),
+        GroupKind::Reduction => reduce::generate(kernel),
+        GroupKind::Anchor => match blas_anchor(kernel)? {
+            Some(s) => Ok(s),
+            None => emit::generate(kernel, None),
+        },
+        GroupKind::Elementwise | GroupKind::DataMovement => emit::generate(kernel, None),
+    }?;
+    src.kernel = kernel.id;
+    src.name.clone_from(&kernel.name);
+    Ok(src)
+}
+
+pub(crate) fn unsupported(kernel: &Kernel, what: impl Into<String>) -> CudaError {
+    CudaError::Unsupported { kernel: kernel.name.clone(), what: what.into() }
+}
+
+/// The buffer parameters of a kernel: one per distinct buffer, reads first, in param order.
+pub(crate) struct Buffers {
+    /// Distinct buffers.
+    pub list: Vec<BufferRef>,
+    /// For each kernel param (same order as `kernel.params`), its index in `list`.
+    pub of_param: Vec<usize>,
+    /// Whether any param of this buffer is written.
+    pub written: Vec<bool>,
+    /// The dtype each buffer is declared with.
+    pub dtype: Vec<DType>,
+}
+
+impl Buffers {
+    pub(crate) fn of(kernel: &Kernel) -> CudaResult<Self> {
+        let mut b = Buffers { list: Vec::new(), of_param: Vec::new(), written: Vec::new(), dtype: Vec::new() };
+        for p in &kernel.params {
+            let dtype = value_checked(kernel, p.value)?.dtype;
+            let i = match b.list.iter().position(|x| *x == p.buffer) {
+                Some(i) => {
+                    if b.dtype[i] != dtype {
+                        return Err(unsupported(
+                            kernel,
+                            format!("buffer {} bound as {} and {dtype}", p.buffer, b.dtype[i]),
+                        ));
+                    }
+                    i
+                }
+                None => {
+                    b.list.push(p.buffer);
+                    b.written.push(false);
+                    b.dtype.push(dtype);
+                    b.list.len() - 1
+                }
+            };
+            if p.access == Access::Write {
+                b.written[i] = true;
+            }
+            b.of_param.push(i);
+        }
+        Ok(b)
+    }
+
+    /// Whether buffer `i` shares bytes with another parameter (then it must not be `__restrict__`).
+    fn aliased(&self, i: usize) -> bool {
+        self.list.iter().enumerate().any(|(j, other)| j != i && other.overlaps(&self.list[i]))
+    }
+
+    /// The C parameter list.
+    pub(crate) fn signature(&self) -> String {
+        let mut parts = Vec::new();
+        for (i, d) in self.dtype.iter().enumerate() {
+            let ty = emit::storage_type(*d);
+            let restrict = if self.aliased(i) { "" } else { " __restrict__" };
+            let konst = if self.written[i] { "" } else { "const " };
+            parts.push(format!("{konst}{ty}*{restrict} b{i}"));
+        }
+        parts.join(", ")
+    }
+
+    pub(crate) fn params(&self) -> Vec<ParamKind> {
+        vec![ParamKind::Ptr; self.list.len()]
+    }
+}
+
+pub(crate) fn value_checked(kernel: &Kernel, v: ValueId) -> CudaResult<&graph_plan::Value> {
+    kernel.values.get(v.index()).ok_or_else(|| unsupported(kernel, format!("value {v} is out of range")))
+}
+
+fn custom(kernel: &Kernel) -> CudaResult<KernelSource> {
+    let [instr] = kernel.body.as_slice() else {
+        return Err(unsupported(kernel, "a custom kernel must run exactly one node"));
+    };
+    let Op::Custom(c) = &instr.op else {
+        return Err(unsupported(kernel, format!("custom group runs {}", instr.op.name())));
+    };
+    crate::error::check_identifier("entry point", &c.entry)?;
+    // Arguments: the node's inputs, then its outputs, each the buffer bound to that value.
+    let mut args = Vec::new();
+    for (&v, access) in
+        instr.inputs.iter().map(|v| (v, Access::Read)).chain(instr.outputs.iter().map(|v| (v, Access::Write)))
+    {
+        let p = kernel
+            .param_of(v, access)
+            .ok_or_else(|| unsupported(kernel, format!("custom kernel operand {v} has no buffer")))?;
+        args.push(p.buffer);
+    }
+    Ok(KernelSource {
+        kernel: kernel.id,
+        name: kernel.name.clone(),
+        entry: c.entry.clone(),
+        source: c.source.clone(),
+        params: vec![ParamKind::Ptr; args.len()],
+        args,
+        launch: Launch::Fixed { grid: c.grid, block: c.block, shared_mem_bytes: c.shared_mem_bytes },
+        blas: None,
+    })
+}
+
+/// A MatMul/Gemm anchor as a cuBLAS call plus an epilogue kernel, when its operands allow it.
+fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
+    let Some(first) = kernel.body.first() else {
+        return Ok(None);
+    };
+    let (alpha, has_c, trans_a, trans_b) = match &first.op {
+        Op::MatMul => (1.0, false, false, false),
+        Op::Gemm { alpha, trans_a, trans_b, .. } => (*alpha, first.inputs.len() == 3, *trans_a, *trans_b),
+        _ => return Ok(None),
+    };
+    let (Some(&va), Some(&vb), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
+        return Ok(None);
+    };
+    let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
+    if [a.dtype, b.dtype, y.dtype].iter().any(|d| *d != DType::F32) {
+        return Ok(None);
+    }
+    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
+        return Ok(None);
+    };
+    let Some(mm) = matmul_spec(a.shape.dims(), b.shape.dims(), y.shape.dims(), trans_a, trans_b, alpha) else {
+        return Ok(None);
+    };
+    // Where the product lands: the anchor output's own buffer, or (fused epilogue) the buffer of a final output
+    // of the same shape and dtype, which the epilogue then rewrites in place element by element.
+    let target = kernel.param_of(vy, Access::Write).map(|p| (vy, p.buffer)).or_else(|| {
+        kernel
+            .params
+            .iter()
+            .filter(|p| p.access == Access::Write)
+            .find(|p| kernel.values.get(p.value.index()).is_some_and(|v| v.shape == y.shape && v.dtype == DType::F32))
+            .map(|p| (p.value, p.buffer))
+    });
+    let Some((_, c_buf)) = target else {
+        return Ok(None);
+    };
+    // The product must not overwrite anything the kernel still reads (its operands, a residual read in place).
+    if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&c_buf)) {
+        return Ok(None);
+    }
+    // When the epilogue rewrites the product's buffer (a C term, or the product borrowing a final output's
+    // buffer), every thread must read the product only at the index it writes: all outputs have its shape.
+    if (has_c || kernel.param_of(vy, Access::Write).is_none())
+        && kernel
+            .params
+            .iter()
+            .filter(|p| p.access == Access::Write)
+            .any(|p| kernel.values.get(p.value.index()).is_none_or(|v| v.shape != y.shape))
+    {
+        return Ok(None);
+    }
+    let blas = BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf };
+    let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
+    if !needs_epilogue {
+        return Ok(Some(KernelSource {
+            kernel: kernel.id,
+            name: kernel.name.clone(),
+            entry: String::new(),
+            source: String::new(),
+            params: Vec::new(),
+            args: Vec::new(),
+            launch: Launch::None,
+            blas: Some(blas),
+        }));
+    }
+    let mut src = emit::generate(kernel, Some((vy, c_buf)))?;
+    src.blas = Some(blas);
+    Ok(Some(src))
+}
+
+/// The row-major product for ONNX MatMul/Gemm operand shapes, when cuBLAS's strided batch can express it: equal
+/// batch dims, or one side without batch dims (broadcast with stride 0).
+pub(crate) fn matmul_spec(
+    a: &[usize],
+    b: &[usize],
+    y: &[usize],
+    trans_a: bool,
+    trans_b: bool,
+    alpha: f32,
+) -> Option<Matmul> {
+    if a.len() < 2 || b.len() < 2 || y.len() < 2 {
+        return None; // 1-D operands: the per-element kernel handles the promotion rules.
+    }
+    let (ra, ca) = (a[a.len() - 2], a[a.len() - 1]);
+    let (rb, cb) = (b[b.len() - 2], b[b.len() - 1]);
+    let (m, k) = if trans_a { (ca, ra) } else { (ra, ca) };
+    let (k2, n) = if trans_b { (cb, rb) } else { (rb, cb) };
+    if k != k2 || y[y.len() - 2] != m || y[y.len() - 1] != n || m == 0 || n == 0 || k == 0 {
+        return None;
+    }
+    let (ba, bb, by) = (&a[..a.len() - 2], &b[..b.len() - 2], &y[..y.len() - 2]);
+    let batch: usize = by.iter().product();
+    let stride = |dims: &[usize], mat: usize| -> Option<usize> {
+        if dims.iter().product::<usize>() == 1 {
+            Some(0)
+        } else if dims == by {
+            Some(mat)
+        } else {
+            None
+        }
+    };
+    let mut mm = Matmul::batched(batch, m, n, k);
+    mm.trans_a = trans_a;
+    mm.trans_b = trans_b;
+    mm.alpha = alpha;
+    mm.stride_a = stride(ba, m * k)?;
+    mm.stride_b = stride(bb, k * n)?;
+    mm.stride_c = m * n;
+    if batch == 1 {
+        mm.stride_a = m * k;
+        mm.stride_b = k * n;
+    }
+    Some(mm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_specs() {
+        let mm = matmul_spec(&[2, 3, 4], &[4, 5], &[2, 3, 5], false, false, 1.0).unwrap();
+        assert_eq!((mm.batch, mm.m, mm.n, mm.k, mm.stride_a, mm.stride_b, mm.stride_c), (2, 3, 5, 4, 12, 0, 15));
+        let mm = matmul_spec(&[4, 3], &[5, 4], &[3, 5], true, true, 0.5).unwrap();
+        assert_eq!((mm.m, mm.n, mm.k, mm.trans_a, mm.trans_b, mm.alpha), (3, 5, 4, true, true, 0.5));
+        // Partially broadcast batch dims are left to the per-element kernel.
+        assert!(matmul_spec(&[2, 1, 3, 4], &[1, 2, 4, 5], &[2, 2, 3, 5], false, false, 1.0).is_none());
+        assert!(matmul_spec(&[4], &[4, 5], &[5], false, false, 1.0).is_none());
+    }
+}

@@ -1,0 +1,230 @@
+//! The code generator: golden sources for a few small plans (rewritten only with `CUPLAN_BLESS=1`), and every
+//! kernel of the synthetic model families and of an op-coverage graph compiles with NVRTC (skipped, with the
+//! reason printed, where NVRTC is not installed).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use exec_cuda::codegen::{self, KernelSource, Launch, ENTRY};
+use exec_cuda::{CompileCache, CompileOptions, CudaError};
+use graph_plan::ir::op::{ConvAttrs, GeluApprox, PadMode, PoolAttrs};
+use graph_plan::ir::{synth, ComputeGraph};
+use graph_plan::{DType, ExecutionPlan, Op, PlanOptions};
+
+fn plan(g: &ComputeGraph, streams: usize) -> ExecutionPlan {
+    let mut opts = PlanOptions::with_streams(streams);
+    opts.fusion.caps = codegen::fusion_caps();
+    ExecutionPlan::build_with(g, &opts).unwrap()
+}
+
+fn golden(name: &str, sources: &[KernelSource]) {
+    let mut text = String::new();
+    for s in sources {
+        text.push_str(&format!("// ==== {} launch={:?} blas={:?}\n", s.name, s.launch, s.blas.map(|b| b.matmul)));
+        text.push_str(&s.source);
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.cu"));
+    if std::env::var_os("CUPLAN_BLESS").is_some() {
+        std::fs::write(&path, &text).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with CUPLAN_BLESS=1 to create it)", path.display()));
+    assert!(want == text, "generated code for {name} changed; review and rerun with CUPLAN_BLESS=1\n{text}");
+}
+
+/// Compiles every generated source of `plan` through `cache`; returns how many kernels had a source.
+fn compile_all(test: &str, plan: &ExecutionPlan, cache: &CompileCache) -> usize {
+    let sources = codegen::generate_all(plan).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(sources.len(), plan.kernels().len());
+    if !common::nvrtc_or_skip(test) {
+        return 0;
+    }
+    let mut n = 0;
+    for s in &sources {
+        if s.launch == Launch::None {
+            continue;
+        }
+        let ptx = match cache.compile(&s.name, &s.source, &CompileOptions::default()) {
+            Ok(p) => p,
+            Err(CudaError::Compile { log, .. }) => {
+                panic!("{test}: kernel {} does not compile:\n{log}\n{}", s.name, s.source)
+            }
+            Err(e) => panic!("{test}: {e}"),
+        };
+        assert!(ptx.entries().contains(&s.entry.as_str()), "{test}: {} lacks entry {}", s.name, s.entry);
+        n += 1;
+    }
+    n
+}
+
+#[test]
+fn golden_elementwise_chain() {
+    let g = synth::chain_with_width(3, 8).unwrap();
+    let p = plan(&g, 1);
+    let src = codegen::generate_all(&p).unwrap();
+    assert_eq!(src.len(), 1, "the chain fuses into one kernel");
+    assert_eq!(src[0].launch, Launch::Elements { threads: 8, block: 256 });
+    assert_eq!(src[0].entry, ENTRY);
+    golden("chain3", &src);
+}
+
+#[test]
+fn golden_broadcast_and_softmax() {
+    let mut g = ComputeGraph::new("bcast");
+    let x = g.add_input("x", DType::F32, [2, 3]).unwrap();
+    let b = g.add_weight("b", DType::F32, [3]).unwrap();
+    let s = g.add_node("add", Op::Add, &[x, b]).unwrap()[0];
+    let r = g.add_node("relu", Op::Relu, &[s]).unwrap()[0];
+    let y = g.add_node("softmax", Op::Softmax { axis: -1 }, &[r]).unwrap()[0];
+    g.mark_output(y).unwrap();
+    let p = plan(&g, 1);
+    let src = codegen::generate_all(&p).unwrap();
+    assert_eq!(
+        src.iter().map(|s| s.launch).collect::<Vec<_>>(),
+        [Launch::Elements { threads: 6, block: 256 }, Launch::Rows { rows: 2, block: 256 }]
+    );
+    golden("bcast_softmax", &src);
+}
+
+#[test]
+fn golden_mlp_uses_cublas_and_an_epilogue() {
+    let g = synth::mlp(1, 4, 2).unwrap();
+    let p = plan(&g, 1);
+    let src = codegen::generate_all(&p).unwrap();
+    let mm = src.iter().find(|s| s.blas.is_some()).expect("the MatMul runs on cuBLAS");
+    let b = mm.blas.unwrap();
+    assert_eq!((b.matmul.m, b.matmul.n, b.matmul.k, b.matmul.batch), (2, 4, 4, 1));
+    golden("mlp1", &src);
+}
+
+/// Also the graphs of the GPU end-to-end test: with `CUPLAN_PTX_CACHE=DIR` this test fills DIR with their PTX,
+/// which a GPU machine without NVRTC can then use.
+#[test]
+fn model_families_compile() {
+    let cache = CompileCache::from_env();
+    let graphs = [
+        synth::mlp(2, 32, 4).unwrap(),
+        synth::transformer(1, 16, 2, 8, 1).unwrap(),
+        synth::resnet_like(1, 4, 8).unwrap(),
+        synth::chain(8).unwrap(),
+        synth::mlp(2, 16, 4).unwrap(),
+        synth::transformer(2, 16, 2, 4, 1).unwrap(),
+        synth::resnet_like(1, 4, 8).unwrap(),
+        synth::inception_like(1, 3).unwrap(),
+        synth::random_dag(40, 3, 7).unwrap(),
+        synth::random_dag(40, 3, 11).unwrap(),
+    ];
+    let started = std::time::Instant::now();
+    let mut compiled = 0;
+    for g in &graphs {
+        for streams in [3, 1] {
+            compiled += compile_all(&format!("model_families_compile/{}", g.name()), &plan(g, streams), &cache);
+        }
+    }
+    if compiled > 0 {
+        let st = cache.stats();
+        eprintln!(
+            "compiled {compiled} kernels ({} distinct, {} from disk, {} cache hits) in {:?}",
+            st.misses,
+            st.disk_hits,
+            st.hits,
+            started.elapsed()
+        );
+        // Two identical transformer layers and two stream counts per graph: the cache must have been hit.
+        assert!(st.hits > 0 && st.misses + st.disk_hits < compiled as u64);
+    }
+}
+
+/// One graph touching every op the code generator emits.
+fn op_coverage() -> ComputeGraph {
+    let f = DType::F32;
+    let mut g = ComputeGraph::new("ops");
+    let x = g.add_input("x", f, [2, 3, 4, 4]).unwrap();
+    let w = g.add_weight("w", f, [4, 3, 3, 3]).unwrap();
+    let cb = g.add_weight("cb", f, [4]).unwrap();
+    let one = |g: &mut ComputeGraph, name: &str, op: Op, ins: &[graph_plan::ir::TensorId]| {
+        g.add_node(name, op, ins).unwrap()[0]
+    };
+    let conv = one(
+        &mut g,
+        "conv",
+        Op::Conv(ConvAttrs { strides: vec![1, 1], pads: vec![1, 1, 1, 1], dilations: vec![], group: 1 }),
+        &[x, w, cb],
+    );
+    let gelu = one(&mut g, "gelu", Op::Gelu { approximate: GeluApprox::Tanh }, &[conv]);
+    let mp = one(
+        &mut g,
+        "maxpool",
+        Op::MaxPool(PoolAttrs { kernel_shape: vec![2, 2], strides: vec![2, 2], ..Default::default() }),
+        &[gelu],
+    );
+    let ap = one(
+        &mut g,
+        "avgpool",
+        Op::AveragePool(PoolAttrs {
+            kernel_shape: vec![3, 3],
+            pads: vec![1, 1, 1, 1],
+            count_include_pad: true,
+            ..Default::default()
+        }),
+        &[gelu],
+    );
+    let gap = one(&mut g, "gap", Op::GlobalAveragePool, &[ap]);
+    let t = one(&mut g, "transpose", Op::Transpose { perm: Some(vec![0, 2, 3, 1]) }, &[mp]);
+    let sl = one(
+        &mut g,
+        "slice",
+        Op::Slice { starts: vec![0, -1], ends: vec![2, -3], axes: Some(vec![1, 2]), steps: Some(vec![1, -1]) },
+        &[t],
+    );
+    let pd =
+        one(&mut g, "pad", Op::Pad { pads: vec![0, 1, 0, 0, 0, 1, 0, 0], mode: PadMode::Reflect, value: 0.0 }, &[sl]);
+    let cat = one(&mut g, "concat", Op::Concat { axis: 1 }, &[pd, pd]);
+    let fl = one(&mut g, "flatten", Op::Flatten { axis: 1 }, &[cat]);
+    let idx = g.add_input("idx", DType::I64, [3]).unwrap();
+    let ga = one(&mut g, "gather", Op::Gather { axis: 1 }, &[fl, idx]);
+    let h = one(&mut g, "cast16", Op::Cast { to: DType::F16 }, &[ga]);
+    let h2 = one(&mut g, "clip", Op::Clip { min: Some(-1.0), max: None }, &[h]);
+    let back = one(&mut g, "cast32", Op::Cast { to: DType::F32 }, &[h2]);
+    let cmp = one(&mut g, "less", Op::Less, &[back, ga]);
+    let wh = one(&mut g, "where", Op::Where, &[cmp, back, ga]);
+    let rs = one(&mut g, "rsum", Op::ReduceSum { axes: Some(vec![0]), keepdims: false }, &[wh]);
+    let parts = g.add_node("split", Op::Split { axis: 0, splits: vec![1, 2] }, &[rs]).unwrap();
+    let ex = one(&mut g, "expand", Op::Expand { shape: vec![3, 2] }, &[parts[1]]);
+    let gm_b = g.add_weight("gm_b", f, [2, 4]).unwrap();
+    let gm_c = g.add_weight("gm_c", f, [4]).unwrap();
+    let gm = one(&mut g, "gemm", Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: false }, &[ex, gm_b, gm_c]);
+    let v = g.add_input("v", f, [4]).unwrap();
+    let mv = one(&mut g, "matvec", Op::MatMul, &[gm, v]);
+    let ln_x = g.add_input("ln_x", f, [2, 5, 8]).unwrap();
+    let ln_s = g.add_weight("ln_s", f, [8]).unwrap();
+    let ln = one(&mut g, "layernorm", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[ln_x, ln_s]);
+    let rm = one(&mut g, "rmax", Op::ReduceMax { axes: Some(vec![1]), keepdims: true }, &[ln]);
+    let bn_s = g.add_weight("bn_s", f, [4]).unwrap();
+    let bn = one(&mut g, "bn", Op::BatchNormalization { epsilon: 1e-5 }, &[conv, bn_s, bn_s, bn_s, bn_s]);
+    let i32v = one(&mut g, "toint", Op::Cast { to: DType::I32 }, &[bn]);
+    let ab = one(&mut g, "absint", Op::Abs, &[i32v]);
+    for out in [gap, parts[0], mv, rm, ab] {
+        g.mark_output(out).unwrap();
+    }
+    g
+}
+
+#[test]
+fn every_op_generates_and_compiles() {
+    let g = op_coverage();
+    let p = plan(&g, 2);
+    let cache = CompileCache::new();
+    let n = compile_all("every_op_generates_and_compiles", &p, &cache);
+    eprintln!("{n} kernels compiled");
+}
+
+#[test]
+fn fusion_caps_are_declared() {
+    let caps = codegen::fusion_caps();
+    assert!(caps.matmul_epilogue && caps.conv_epilogue && caps.multi_output);
+    assert!(!caps.reduction_fusion, "row kernels do not take epilogues yet");
+}

@@ -1,0 +1,265 @@
+//! A host emulator for generated kernels, so that their numbers can be checked on machines without a GPU.
+//!
+//! Each kernel source is compiled as C++20 with a small shim (CUDA built-ins as thread-locals, `__shared__` as
+//! function statics, `__syncthreads` and warp shuffles through barriers) and run block by block: per-element
+//! kernels on one host thread, row kernels with one host thread per CUDA thread. A plan runs step by step in
+//! submission order (one stream's order is a valid order); cuBLAS steps run as a plain host product.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use exec_cuda::codegen::{self, Launch};
+use graph_plan::{BufferRef, ExecutionPlan, PlanStep, Region};
+
+const SHIM: &str = r#"
+#define CUPLAN_HOST 1
+#include <math.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+#include <vector>
+#include <thread>
+#include <barrier>
+#include <memory>
+#include <algorithm>
+#include <utility>
+using std::min; using std::max;
+struct Dim { unsigned x = 0, y = 1, z = 1; };
+static thread_local Dim threadIdx, blockIdx;
+static Dim blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __shared__ static
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); return (float)x; }
+static inline unsigned short f2h(float f) { _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h; }
+static std::barrier<>* cuplan_block_bar = nullptr;
+static std::vector<std::unique_ptr<std::barrier<>>> cuplan_warp_bar;
+static float cuplan_slots[1024];
+static inline void __syncthreads() { cuplan_block_bar->arrive_and_wait(); }
+static inline float __shfl_down_sync(unsigned, float v, int o) {
+    unsigned t = threadIdx.x, w = t >> 5;
+    cuplan_slots[t] = v;
+    cuplan_warp_bar[w]->arrive_and_wait();
+    unsigned src = t + (unsigned)o;
+    float r = ((t & 31) + (unsigned)o < 32 && src < blockDim.x) ? cuplan_slots[src] : v;
+    cuplan_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+"#;
+
+const MAIN: &str = r#"
+template <typename... P, size_t... I>
+static void call_impl(void (*k)(P...), void** b, std::index_sequence<I...>) { k((P)b[I]...); }
+
+template <typename... P>
+static void launch(void (*k)(P...), char mode, unsigned grid, unsigned block, void** args) {
+    blockDim.x = block;
+    if (mode == 'e') {
+        for (unsigned b = 0; b < grid; ++b)
+            for (unsigned t = 0; t < block; ++t) {
+                blockIdx.x = b; threadIdx.x = t;
+                call_impl(k, args, std::index_sequence_for<P...>{});
+            }
+        return;
+    }
+    std::barrier<> bar(block);
+    cuplan_block_bar = &bar;
+    cuplan_warp_bar.clear();
+    for (unsigned w = 0; w < (block + 31) / 32; ++w)
+        cuplan_warp_bar.emplace_back(new std::barrier<>(std::min(32u, block - 32 * w)));
+    for (unsigned b = 0; b < grid; ++b) {
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < block; ++t)
+            ts.emplace_back([&, b, t] {
+                blockIdx.x = b; threadIdx.x = t;
+                call_impl(k, args, std::index_sequence_for<P...>{});
+            });
+        for (auto& th : ts) th.join();
+    }
+}
+
+static void dispatch(int kernel, char mode, unsigned grid, unsigned block, void** args);
+
+// argv: kernel mode(e|r) grid block nregions region_files... nargs (region offset)...
+int main(int argc, char** argv) {
+    int kernel = atoi(argv[1]);
+    char mode = argv[2][0];
+    unsigned grid = (unsigned)atol(argv[3]), block = (unsigned)atol(argv[4]);
+    int nr = atoi(argv[5]);
+    std::vector<std::vector<unsigned char>> regions(nr);
+    for (int r = 0; r < nr; ++r) {
+        FILE* f = fopen(argv[6 + r], "rb");
+        fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
+        regions[r].resize(n + 1);
+        if (n > 0 && fread(regions[r].data(), 1, n, f) != (size_t)n) return 2;
+        fclose(f);
+    }
+    int na = atoi(argv[6 + nr]);
+    std::vector<void*> args(na);
+    for (int a = 0; a < na; ++a) {
+        int r = atoi(argv[7 + nr + 2 * a]);
+        long off = atol(argv[8 + nr + 2 * a]);
+        args[a] = regions[r].data() + off;
+    }
+    dispatch(kernel, mode, grid, block, args.data());
+    for (int r = 0; r < nr; ++r) {
+        FILE* f = fopen(argv[6 + r], "wb");
+        fwrite(regions[r].data(), 1, regions[r].size() - 1, f);
+        fclose(f);
+    }
+    return 0;
+}
+"#;
+
+/// The host C++ compiler, or None (the caller prints SKIP).
+pub fn compiler() -> Option<&'static str> {
+    ["c++", "g++", "clang++"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+}
+
+/// The plan's regions as host byte arrays.
+pub struct HostRegions(pub Vec<Vec<u8>>);
+
+impl HostRegions {
+    pub fn new(plan: &ExecutionPlan) -> Self {
+        HostRegions(Region::ALL.iter().map(|&r| vec![0u8; plan.region_bytes(r) as usize]).collect())
+    }
+
+    pub fn bytes(&self, b: BufferRef) -> &[u8] {
+        &self.0[b.region.index()][b.offset as usize..b.end() as usize]
+    }
+
+    pub fn bytes_mut(&mut self, b: BufferRef) -> &mut [u8] {
+        &mut self.0[b.region.index()][b.offset as usize..b.end() as usize]
+    }
+
+    pub fn f32s(&self, b: BufferRef) -> Vec<f32> {
+        crate::common::from_bytes(self.bytes(b))
+    }
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("host-emu-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs every step of `plan` on the host in submission order.
+pub fn run_plan(cxx: &str, tag: &str, plan: &ExecutionPlan, regions: &mut HostRegions) {
+    let dir = scratch(tag);
+    let sources = codegen::generate_all(plan).unwrap();
+    let exe = build(cxx, &dir, &sources);
+    for step in &plan.steps {
+        match step {
+            PlanStep::Launch { kernel, .. } => {
+                let src = &sources[kernel.index()];
+                if let Some(b) = src.blas {
+                    host_matmul(regions, &b);
+                }
+                if src.launch != Launch::None {
+                    run_kernel(&exe, &dir, kernel.index(), src, regions);
+                }
+            }
+            PlanStep::Copy { src, dst, bytes, .. } => {
+                let data = regions.bytes(*src)[..*bytes as usize].to_vec();
+                regions.bytes_mut(*dst)[..*bytes as usize].copy_from_slice(&data);
+            }
+            PlanStep::Record { .. } | PlanStep::Wait { .. } => {}
+        }
+    }
+}
+
+/// One executable holding every kernel of the plan, each in its own namespace under its own entry name.
+fn build(cxx: &str, dir: &Path, sources: &[codegen::KernelSource]) -> PathBuf {
+    let mut cpp = String::from(SHIM);
+    let mut dispatch = String::from(
+        "static void dispatch(int kernel, char mode, unsigned grid, unsigned block, void** args) {\n    switch (kernel) {\n",
+    );
+    for (i, s) in sources.iter().enumerate() {
+        if s.launch == Launch::None {
+            continue;
+        }
+        cpp.push_str(&format!(
+            "namespace k{i} {{\n#define {entry} cuplan_host_{i}\n{}\n#undef {entry}\n}}\n",
+            s.source,
+            entry = s.entry
+        ));
+        dispatch.push_str(&format!("    case {i}: launch(k{i}::cuplan_host_{i}, mode, grid, block, args); break;\n"));
+    }
+    dispatch.push_str("    default: exit(3);\n    }\n}\n");
+    cpp.push_str(MAIN);
+    cpp.push_str(&dispatch);
+    let path = dir.join("plan.cpp");
+    let exe = dir.join("plan");
+    std::fs::write(&path, cpp).unwrap();
+    let out =
+        Command::new(cxx).args(["-std=c++20", "-O0", "-pthread", "-w", "-o"]).arg(&exe).arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "host compile of {} failed:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn host_matmul(regions: &mut HostRegions, b: &codegen::BlasStep) {
+    let mm = b.matmul;
+    let a = regions.f32s(b.a);
+    let bb = regions.f32s(b.b);
+    let mut c = regions.f32s(b.c);
+    for p in 0..mm.batch {
+        for i in 0..mm.m {
+            for j in 0..mm.n {
+                let mut acc = 0.0f32;
+                for l in 0..mm.k {
+                    let ai = if mm.trans_a { l * mm.m + i } else { i * mm.k + l } + p * mm.stride_a;
+                    let bi = if mm.trans_b { j * mm.k + l } else { l * mm.n + j } + p * mm.stride_b;
+                    acc += a[ai] * bb[bi];
+                }
+                c[p * mm.stride_c + i * mm.n + j] = mm.alpha * acc;
+            }
+        }
+    }
+    regions.bytes_mut(b.c).copy_from_slice(&crate::common::to_bytes(&c));
+}
+
+fn run_kernel(exe: &Path, dir: &Path, index: usize, src: &codegen::KernelSource, regions: &mut HostRegions) {
+    let (mode, grid, block) = match src.launch {
+        Launch::Elements { threads, block } => ('e', threads.div_ceil(u64::from(block)).max(1), block),
+        // Row kernels stride by blockDim, so any block size computes the same rows; two warps keep the
+        // cross-warp step covered while costing the emulator a quarter of the host threads.
+        Launch::Rows { rows, block } => ('r', rows.max(1), block.min(64)),
+        other => panic!("cannot emulate {other:?}"),
+    };
+    let files: Vec<PathBuf> = (0..regions.0.len()).map(|r| dir.join(format!("region{r}.bin"))).collect();
+    for (f, data) in files.iter().zip(&regions.0) {
+        std::fs::write(f, data).unwrap();
+    }
+    let mut cmd = Command::new(exe);
+    cmd.arg(index.to_string()).arg(mode.to_string()).arg(grid.to_string()).arg(block.to_string());
+    cmd.arg(files.len().to_string()).args(&files);
+    cmd.arg(src.args.len().to_string());
+    for a in &src.args {
+        cmd.arg(a.region.index().to_string()).arg(a.offset.to_string());
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "host run of {} failed: {}\n{}",
+        src.name,
+        String::from_utf8_lossy(&out.stderr),
+        src.source
+    );
+    for (f, data) in files.iter().zip(regions.0.iter_mut()) {
+        *data = std::fs::read(f).unwrap();
+    }
+}

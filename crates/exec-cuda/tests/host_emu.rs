@@ -1,0 +1,467 @@
+//! Numbers of generated kernels, checked without a GPU: each plan runs through the host emulator
+//! (`common::host`, generated CUDA C compiled as C++20 with a shim) and is compared with a reference written
+//! directly from the op's ONNX definition. Skips, printing why, where no host C++ compiler exists.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)]
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::host::{compiler, run_plan, HostRegions};
+use exec_cuda::codegen;
+use graph_plan::ir::op::{ConvAttrs, PadMode, PoolAttrs};
+use graph_plan::ir::{synth, ComputeGraph, TensorId};
+use graph_plan::{BindingRole, DType, ExecutionPlan, Op, PlanOptions};
+
+fn f(v: &[f32]) -> Vec<u8> {
+    common::to_bytes(v)
+}
+
+fn seq(n: usize, scale: f32, shift: f32) -> Vec<f32> {
+    (0..n).map(|i| ((i * 37 % 23) as f32 - 11.0) * scale + shift).collect()
+}
+
+/// Builds the plan (this backend's caps, `streams` streams), fills inputs and weights, runs it on the host and
+/// returns every output's bytes.
+fn run(test: &str, g: &ComputeGraph, streams: usize, data: &[(&str, Vec<u8>)]) -> Option<HashMap<String, Vec<u8>>> {
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP {test}: no host C++ compiler (c++, g++ or clang++) to emulate kernels");
+        return None;
+    };
+    let mut opts = PlanOptions::with_streams(streams);
+    opts.fusion.caps = codegen::fusion_caps();
+    let plan = ExecutionPlan::build_with(g, &opts).unwrap();
+    graph_plan::verify(&plan).unwrap();
+    let mut regions = HostRegions::new(&plan);
+    for b in plan.bindings() {
+        if let Some(bytes) = &b.data {
+            regions.bytes_mut(b.buffer).copy_from_slice(bytes);
+        }
+        if let Some((_, bytes)) = data.iter().find(|(n, _)| *n == b.name) {
+            assert_eq!(bytes.len() as u64, b.buffer.bytes, "{test}: size of '{}'", b.name);
+            regions.bytes_mut(b.buffer).copy_from_slice(bytes);
+        }
+    }
+    run_plan(cxx, test, &plan, &mut regions);
+    Some(
+        plan.bindings()
+            .iter()
+            .filter(|b| b.role == BindingRole::Output)
+            .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
+            .collect(),
+    )
+}
+
+fn close(test: &str, got: &[u8], want: &[f32]) {
+    let got = common::from_bytes(got);
+    assert_eq!(got.len(), want.len(), "{test}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * w.abs().max(1.0),
+            "{test}: [{i}] got {g}, want {w}\n got {got:?}\nwant {want:?}"
+        );
+    }
+}
+
+fn node(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorId {
+    g.add_node(name, op, ins).unwrap()[0]
+}
+
+#[test]
+fn broadcast_chain() {
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [2, 3]).unwrap();
+    let b = g.add_input("b", DType::F32, [3]).unwrap();
+    let s = node(&mut g, "add", Op::Add, &[x, b]);
+    let r = node(&mut g, "relu", Op::Relu, &[s]);
+    let y = node(&mut g, "mul", Op::Mul, &[r, x]);
+    g.mark_output(y).unwrap();
+    let (xv, bv) = (seq(6, 0.5, 0.0), vec![1.0, -2.0, 0.25]);
+    let Some(out) = run("broadcast_chain", &g, 1, &[("x", f(&xv)), ("b", f(&bv))]) else { return };
+    let want: Vec<f32> = (0..6).map(|i| (xv[i] + bv[i % 3]).max(0.0) * xv[i]).collect();
+    close("broadcast_chain", &out[&g.tensor(y).name], &want);
+}
+
+#[test]
+fn transpose_slice_pad() {
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [2, 3, 4]).unwrap();
+    let t = node(&mut g, "tr", Op::Transpose { perm: Some(vec![2, 0, 1]) }, &[x]);
+    let m = g.add_input("m", DType::F32, [5, 6]).unwrap();
+    let s = node(
+        &mut g,
+        "sl",
+        Op::Slice { starts: vec![4, 1], ends: vec![0, 6], axes: Some(vec![0, 1]), steps: Some(vec![-2, 2]) },
+        &[m],
+    );
+    let p = g.add_input("p", DType::F32, [2, 3]).unwrap();
+    let pads = vec![1, 2, 0, 1];
+    let pc = node(&mut g, "pc", Op::Pad { pads: pads.clone(), mode: PadMode::Constant, value: 9.0 }, &[p]);
+    let pe = node(&mut g, "pe", Op::Pad { pads: pads.clone(), mode: PadMode::Edge, value: 0.0 }, &[p]);
+    let pr = node(&mut g, "pr", Op::Pad { pads, mode: PadMode::Reflect, value: 0.0 }, &[p]);
+    for o in [t, s, pc, pe, pr] {
+        g.mark_output(o).unwrap();
+    }
+    let (xv, mv, pv) = (seq(24, 1.0, 0.0), seq(30, 1.0, 0.5), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let Some(out) = run("transpose_slice_pad", &g, 2, &[("x", f(&xv)), ("m", f(&mv)), ("p", f(&pv))]) else { return };
+    let mut want = Vec::new();
+    for a in 0..4 {
+        for b in 0..2 {
+            for c in 0..3 {
+                want.push(xv[b * 12 + c * 4 + a]);
+            }
+        }
+    }
+    close("transpose", &out[&g.tensor(t).name], &want);
+    let want: Vec<f32> = [4usize, 2].iter().flat_map(|&r| [1usize, 3, 5].map(|c| mv[r * 6 + c])).collect();
+    close("slice", &out[&g.tensor(s).name], &want);
+    // Output [3, 6]: rows -1..2 of p, columns -2..4.
+    let pad_ref = |mode: &str| -> Vec<f32> {
+        let mut v = Vec::new();
+        for r in -1i64..2 {
+            for c in -2i64..4 {
+                let inside = (0..2).contains(&r) && (0..3).contains(&c);
+                let (rr, cc) = match mode {
+                    "edge" => (r.clamp(0, 1), c.clamp(0, 2)),
+                    "reflect" => (
+                        r.abs().min(2 - r.abs()),
+                        if c < 0 {
+                            -c
+                        } else if c > 2 {
+                            4 - c
+                        } else {
+                            c
+                        },
+                    ),
+                    _ => (r, c),
+                };
+                v.push(if mode == "constant" && !inside { 9.0 } else { pv[(rr * 3 + cc) as usize] });
+            }
+        }
+        v
+    };
+    close("pad constant", &out[&g.tensor(pc).name], &pad_ref("constant"));
+    close("pad edge", &out[&g.tensor(pe).name], &pad_ref("edge"));
+    close("pad reflect", &out[&g.tensor(pr).name], &pad_ref("reflect"));
+}
+
+#[test]
+fn concat_split_gather() {
+    let mut g = ComputeGraph::new("t");
+    let a = g.add_input("a", DType::F32, [2, 2]).unwrap();
+    let b = g.add_input("b", DType::F32, [2, 3]).unwrap();
+    let c = node(&mut g, "cat", Op::Concat { axis: 1 }, &[a, b]);
+    let parts = g.add_node("split", Op::Split { axis: 1, splits: vec![1, 4] }, &[c]).unwrap();
+    let d = g.add_input("d", DType::F32, [3, 4]).unwrap();
+    let idx = g.add_input("idx", DType::I64, [2]).unwrap();
+    let ga = node(&mut g, "gather", Op::Gather { axis: 1 }, &[d, idx]);
+    for o in [c, parts[0], parts[1], ga] {
+        g.mark_output(o).unwrap();
+    }
+    let (av, bv, dv) = (vec![1.0, 2.0, 3.0, 4.0], vec![5.0, 6.0, 7.0, 8.0, 9.0, 10.0], seq(12, 1.0, 0.0));
+    let iv: Vec<u8> = [-1i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let Some(out) = run("concat_split_gather", &g, 1, &[("a", f(&av)), ("b", f(&bv)), ("d", f(&dv)), ("idx", iv)])
+    else {
+        return;
+    };
+    close("concat", &out[&g.tensor(c).name], &[1.0, 2.0, 5.0, 6.0, 7.0, 3.0, 4.0, 8.0, 9.0, 10.0]);
+    close("split0", &out[&g.tensor(parts[0]).name], &[1.0, 3.0]);
+    close("split1", &out[&g.tensor(parts[1]).name], &[2.0, 5.0, 6.0, 7.0, 4.0, 8.0, 9.0, 10.0]);
+    let want: Vec<f32> = (0..3).flat_map(|r| [dv[r * 4 + 3], dv[r * 4 + 1]]).collect();
+    close("gather", &out[&g.tensor(ga).name], &want);
+}
+
+#[test]
+fn grouped_strided_conv_and_pools() {
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [1, 4, 5, 5]).unwrap();
+    let w = g.add_input("w", DType::F32, [4, 2, 3, 3]).unwrap();
+    let bias = g.add_input("bias", DType::F32, [4]).unwrap();
+    let conv = ConvAttrs { strides: vec![2, 2], pads: vec![1, 1, 1, 1], dilations: vec![], group: 2 };
+    let y = node(&mut g, "conv", Op::Conv(conv), &[x, w, bias]);
+    let p = g.add_input("p", DType::F32, [1, 1, 4, 4]).unwrap();
+    let mp = node(
+        &mut g,
+        "mp",
+        Op::MaxPool(PoolAttrs { kernel_shape: vec![2, 2], strides: vec![2, 2], ..Default::default() }),
+        &[p],
+    );
+    let avg = |inc: bool| PoolAttrs {
+        kernel_shape: vec![3, 3],
+        pads: vec![1, 1, 1, 1],
+        count_include_pad: inc,
+        ..Default::default()
+    };
+    let a0 = node(&mut g, "a0", Op::AveragePool(avg(false)), &[p]);
+    let a1 = node(&mut g, "a1", Op::AveragePool(avg(true)), &[p]);
+    for o in [y, mp, a0, a1] {
+        g.mark_output(o).unwrap();
+    }
+    let (xv, wv, bv, pv) = (seq(100, 0.1, 0.0), seq(72, 0.05, 0.01), vec![0.5, -0.5, 1.0, 0.0], seq(16, 1.0, 0.0));
+    let Some(out) = run("conv_pools", &g, 1, &[("x", f(&xv)), ("w", f(&wv)), ("bias", f(&bv)), ("p", f(&pv))]) else {
+        return;
+    };
+    let mut want = vec![0.0f32; 4 * 9];
+    for m in 0..4 {
+        let grp = m / 2;
+        for oy in 0..3 {
+            for ox in 0..3 {
+                let mut acc = 0.0f32;
+                for c in 0..2 {
+                    for ky in 0..3 {
+                        for kx in 0..3 {
+                            let (iy, ix) = (oy as i64 * 2 - 1 + ky as i64, ox as i64 * 2 - 1 + kx as i64);
+                            if (0..5).contains(&iy) && (0..5).contains(&ix) {
+                                let xi = (grp * 2 + c) * 25 + iy as usize * 5 + ix as usize;
+                                acc += xv[xi] * wv[m * 18 + c * 9 + ky * 3 + kx];
+                            }
+                        }
+                    }
+                }
+                want[m * 9 + oy * 3 + ox] = acc + bv[m];
+            }
+        }
+    }
+    close("conv", &out[&g.tensor(y).name], &want);
+    let want: Vec<f32> = (0..2)
+        .flat_map(|oy| (0..2).map(move |ox| (oy, ox)))
+        .map(|(oy, ox)| {
+            let v = [pv[oy * 8 + ox * 2], pv[oy * 8 + ox * 2 + 1], pv[oy * 8 + 4 + ox * 2], pv[oy * 8 + 5 + ox * 2]];
+            v.into_iter().fold(f32::NEG_INFINITY, f32::max)
+        })
+        .collect();
+    close("maxpool", &out[&g.tensor(mp).name], &want);
+    for (t, inc) in [(a0, false), (a1, true)] {
+        let mut want = Vec::new();
+        for oy in 0..4i64 {
+            for ox in 0..4i64 {
+                let (mut s, mut n) = (0.0f32, 0);
+                for iy in oy - 1..=oy + 1 {
+                    for ix in ox - 1..=ox + 1 {
+                        if (0..4).contains(&iy) && (0..4).contains(&ix) {
+                            s += pv[(iy * 4 + ix) as usize];
+                            n += 1;
+                        }
+                    }
+                }
+                want.push(if inc { s / 9.0 } else { s / n as f32 });
+            }
+        }
+        close(if inc { "avgpool incl" } else { "avgpool excl" }, &out[&g.tensor(t).name], &want);
+    }
+}
+
+#[test]
+fn row_kernels() {
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [3, 40]).unwrap();
+    let sc = g.add_input("sc", DType::F32, [40]).unwrap();
+    let bi = g.add_input("bi", DType::F32, [40]).unwrap();
+    let sm = node(&mut g, "softmax", Op::Softmax { axis: 1 }, &[x]);
+    let ln = node(&mut g, "ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[x, sc, bi]);
+    let rs = node(&mut g, "rsum", Op::ReduceSum { axes: Some(vec![0]), keepdims: false }, &[x]);
+    let rm = node(&mut g, "rmean", Op::ReduceMean { axes: Some(vec![1]), keepdims: true }, &[x]);
+    let rx = node(&mut g, "rmax", Op::ReduceMax { axes: None, keepdims: false }, &[x]);
+    let t = g.add_input("t", DType::F32, [2, 3, 2, 2]).unwrap();
+    let gap = node(&mut g, "gap", Op::GlobalAveragePool, &[t]);
+    for o in [sm, ln, rs, rm, rx, gap] {
+        g.mark_output(o).unwrap();
+    }
+    let (xv, sv, bv, tv) = (seq(120, 0.1, 0.3), seq(40, 0.02, 1.0), seq(40, 0.01, 0.0), seq(24, 1.0, 0.0));
+    let Some(out) = run("row_kernels", &g, 2, &[("x", f(&xv)), ("sc", f(&sv)), ("bi", f(&bv)), ("t", f(&tv))]) else {
+        return;
+    };
+    let row = |r: usize| &xv[r * 40..(r + 1) * 40];
+    let mut want = Vec::new();
+    for r in 0..3 {
+        let m = row(r).iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let s: f32 = row(r).iter().map(|v| (v - m).exp()).sum();
+        want.extend(row(r).iter().map(|v| (v - m).exp() / s));
+    }
+    close("softmax", &out[&g.tensor(sm).name], &want);
+    let mut want = Vec::new();
+    for r in 0..3 {
+        let mean: f32 = row(r).iter().sum::<f32>() / 40.0;
+        let var: f32 = row(r).iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 40.0;
+        want.extend(row(r).iter().enumerate().map(|(j, v)| (v - mean) / (var + 1e-5).sqrt() * sv[j] + bv[j]));
+    }
+    close("layernorm", &out[&g.tensor(ln).name], &want);
+    let want: Vec<f32> = (0..40).map(|j| xv[j] + xv[40 + j] + xv[80 + j]).collect();
+    close("reducesum", &out[&g.tensor(rs).name], &want);
+    let want: Vec<f32> = (0..3).map(|r| row(r).iter().sum::<f32>() / 40.0).collect();
+    close("reducemean", &out[&g.tensor(rm).name], &want);
+    close("reducemax", &out[&g.tensor(rx).name], &[xv.iter().copied().fold(f32::NEG_INFINITY, f32::max)]);
+    let want: Vec<f32> = (0..6).map(|c| tv[c * 4..c * 4 + 4].iter().sum::<f32>() / 4.0).collect();
+    close("globalaveragepool", &out[&g.tensor(gap).name], &want);
+}
+
+#[test]
+fn matmuls_cublas_path_and_fallback() {
+    let mut g = ComputeGraph::new("t");
+    let a = g.add_input("a", DType::F32, [2, 1, 3, 4]).unwrap();
+    let b = g.add_input("b", DType::F32, [1, 2, 4, 5]).unwrap();
+    let bc = node(&mut g, "bcast_mm", Op::MatMul, &[a, b]);
+    let m = g.add_input("m", DType::F32, [3, 4]).unwrap();
+    let v = g.add_input("v", DType::F32, [4]).unwrap();
+    let mv = node(&mut g, "matvec", Op::MatMul, &[m, v]);
+    let ga = g.add_input("ga", DType::F32, [4, 3]).unwrap();
+    let gb = g.add_input("gb", DType::F32, [4, 5]).unwrap();
+    let gc = g.add_input("gc", DType::F32, [5]).unwrap();
+    let gm = node(&mut g, "gemm", Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: true, trans_b: false }, &[ga, gb, gc]);
+    for o in [bc, mv, gm] {
+        g.mark_output(o).unwrap();
+    }
+    let (av, bv, mvv, vv) = (seq(24, 0.1, 0.0), seq(40, 0.1, 0.2), seq(12, 1.0, 0.0), vec![1.0, -1.0, 0.5, 2.0]);
+    let (gav, gbv, gcv) = (seq(12, 0.1, 0.0), seq(20, 0.1, 0.0), vec![1.0, 2.0, 3.0, 4.0, 5.0]);
+    let data = [
+        ("a", f(&av)),
+        ("b", f(&bv)),
+        ("m", f(&mvv)),
+        ("v", f(&vv)),
+        ("ga", f(&gav)),
+        ("gb", f(&gbv)),
+        ("gc", f(&gcv)),
+    ];
+    let Some(out) = run("matmuls", &g, 1, &data) else { return };
+    let mut want = Vec::new();
+    for p in 0..2 {
+        for q in 0..2 {
+            for i in 0..3 {
+                for j in 0..5 {
+                    want.push((0..4).map(|l| av[p * 12 + i * 4 + l] * bv[q * 20 + l * 5 + j]).sum::<f32>());
+                }
+            }
+        }
+    }
+    close("broadcast matmul", &out[&g.tensor(bc).name], &want);
+    let want: Vec<f32> = (0..3).map(|i| (0..4).map(|l| mvv[i * 4 + l] * vv[l]).sum()).collect();
+    close("matvec", &out[&g.tensor(mv).name], &want);
+    let mut want = Vec::new();
+    for i in 0..3 {
+        for j in 0..5 {
+            let acc: f32 = (0..4).map(|l| gav[l * 3 + i] * gbv[l * 5 + j]).sum();
+            want.push(0.5 * acc + 2.0 * gcv[j]);
+        }
+    }
+    close("gemm (cuBLAS + epilogue)", &out[&g.tensor(gm).name], &want);
+}
+
+#[test]
+fn mlp_runs_through_cublas_steps() {
+    let g = synth::mlp(2, 8, 3).unwrap();
+    let names: Vec<(String, usize)> = g
+        .inputs()
+        .iter()
+        .chain(g.weights())
+        .map(|&t| (g.tensor(t).name.clone(), g.tensor(t).shape.numel().unwrap()))
+        .collect();
+    let values: HashMap<String, Vec<f32>> =
+        names.iter().enumerate().map(|(k, (n, len))| (n.clone(), seq(*len, 0.05, k as f32 * 0.01))).collect();
+    let data: Vec<(&str, Vec<u8>)> = names.iter().map(|(n, _)| (n.as_str(), f(&values[n]))).collect();
+    let Some(out) = run("mlp", &g, 1, &data) else { return };
+    let mut x = values["x"].clone();
+    for l in 0..2 {
+        let (w, b) = (&values[&format!("l{l}.w")], &values[&format!("l{l}.b")]);
+        let mut y = vec![0.0f32; 24];
+        for i in 0..3 {
+            for j in 0..8 {
+                let v = (0..8).map(|k| x[i * 8 + k] * w[k * 8 + j]).sum::<f32>() + b[j];
+                y[i * 8 + j] = if l == 0 { v.max(0.0) } else { v };
+            }
+        }
+        x = y;
+    }
+    close("mlp", &out[&g.tensor(g.outputs()[0]).name], &x);
+}
+
+#[test]
+fn casts_and_batchnorm() {
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [2, 3, 2]).unwrap();
+    let h = node(&mut g, "to16", Op::Cast { to: DType::F16 }, &[x]);
+    let back = node(&mut g, "to32", Op::Cast { to: DType::F32 }, &[h]);
+    let i = node(&mut g, "toint", Op::Cast { to: DType::I32 }, &[x]);
+    let p: Vec<TensorId> =
+        ["s", "bb", "mean", "var"].iter().map(|n| g.add_input(n, DType::F32, [3]).unwrap()).collect();
+    let bn = node(&mut g, "bn", Op::BatchNormalization { epsilon: 1e-3 }, &[x, p[0], p[1], p[2], p[3]]);
+    for o in [back, i, bn] {
+        g.mark_output(o).unwrap();
+    }
+    let xv = vec![1.0e-4, 0.1, 1.337, -2.5, 65519.0, 3.25159, -0.7, 7.9, -7.9, 100.25, 0.333, -1e-8];
+    let (s, bb, mean, var) = (vec![1.0, 2.0, 0.5], vec![0.0, 1.0, -1.0], vec![0.1, -0.2, 0.3], vec![1.0, 0.25, 4.0]);
+    let data = [("x", f(&xv)), ("s", f(&s)), ("bb", f(&bb)), ("mean", f(&mean)), ("var", f(&var))];
+    let Some(out) = run("casts_bn", &g, 1, &data) else { return };
+    let f16_round = |v: f32| graph_plan::exec::f16_to_f32(graph_plan::exec::f32_to_f16(v));
+    let got = common::from_bytes(&out[&g.tensor(back).name]);
+    let want: Vec<f32> = xv.iter().map(|&v| f16_round(v)).collect();
+    assert_eq!(got, want, "f32 -> f16 -> f32 rounds to nearest even");
+    let ints: Vec<i32> =
+        out[&g.tensor(i).name].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(ints, xv.iter().map(|&v| v as i32).collect::<Vec<_>>(), "float to int truncates toward zero");
+    let want: Vec<f32> = (0..12)
+        .map(|k| {
+            let c = (k / 2) % 3;
+            (xv[k] - mean[c]) / (var[c] + 1e-3).sqrt() * s[c] + bb[c]
+        })
+        .collect();
+    close("batchnorm", &out[&g.tensor(bn).name], &want);
+}
+
+/// Differential: the optimised plan (fusion, reuse, several streams) gives the reference plan's numbers (fusion
+/// off, no reuse, one stream) when both run through generated kernels.
+#[test]
+fn fused_plans_match_reference_plans() {
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP fused_plans_match_reference_plans: no host C++ compiler");
+        return;
+    };
+    let graphs = [
+        synth::random_dag(20, 3, 5).unwrap(),
+        synth::transformer(1, 8, 2, 4, 1).unwrap(),
+        synth::resnet_like(1, 2, 6).unwrap(),
+    ];
+    for g in &graphs {
+        let mut reference = PlanOptions::reference();
+        reference.fusion.caps = codegen::fusion_caps();
+        let mut optimised = PlanOptions::with_streams(3);
+        optimised.fusion.caps = codegen::fusion_caps();
+        let mut outs = Vec::new();
+        for (tag, opts) in [("ref", &reference), ("opt", &optimised)] {
+            let plan = ExecutionPlan::build_with(g, opts).unwrap();
+            let mut regions = HostRegions::new(&plan);
+            for b in plan.bindings() {
+                let t = match &b.data {
+                    Some(d) => d.clone(),
+                    None => {
+                        let positive = b.name.contains("var");
+                        graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 3, positive).data
+                    }
+                };
+                if b.role != BindingRole::Output {
+                    regions.bytes_mut(b.buffer).copy_from_slice(&t);
+                }
+            }
+            run_plan(cxx, &format!("diff-{}-{tag}", g.name()), &plan, &mut regions);
+            let o: Vec<(String, Vec<u8>)> = plan
+                .bindings()
+                .iter()
+                .filter(|b| b.role == BindingRole::Output)
+                .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
+                .collect();
+            outs.push(o);
+        }
+        let (r, o) = (&outs[0], &outs[1]);
+        assert_eq!(r.len(), o.len());
+        for ((name, rb), (_, ob)) in r.iter().zip(o) {
+            let (rv, ov) = (common::from_bytes(rb), common::from_bytes(ob));
+            assert!(rv.iter().all(|v| v.is_finite()), "{}: reference output '{name}' is not finite", g.name());
+            for (i, (a, b)) in rv.iter().zip(&ov).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-4 * a.abs().max(1.0),
+                    "{}: output '{name}'[{i}]: reference {a}, optimised {b}",
+                    g.name()
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! Compile-time evaluation of nodes whose inputs are all constants.
+//!
+//! Exporters compute Reshape targets, index tables and masks with small subgraphs (Shape -> Gather ->
+//! Unsqueeze -> Concat -> Reshape, GatherElements over a constant table, ...). cuplan's ops take those values
+//! as attributes, so the importer evaluates such nodes here. The importer folds a node when every input is
+//! a constant and either its result is integer or bool (shape arithmetic and index tables, never model
+//! maths) or graph-ir has no op for it; floating-point maths on constants stays in the graph.
+//!
+//! Every function computes its output's size first and refuses results above `max_bytes`, so a hostile
+//! `ConstantOfShape([10^9])` is an error, never an allocation. Errors are plain strings; the importer
+//! wraps them with the node's name.
+
+use graph_ir::infer::{infer, slice_plan};
+use graph_ir::{Op, Shape};
+
+use std::sync::Arc;
+
+use crate::proto::data_type;
+use crate::tensor::{elem_size, TensorValue};
+use crate::types::dtype_of;
+
+type R<T> = Result<T, String>;
+
+/// Row-major strides of `dims`.
+fn strides(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Element count of `dims` and its byte size for `code`, refused above `max_bytes`.
+pub(crate) fn check_size(dims: &[usize], code: i32, max_bytes: usize) -> R<usize> {
+    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let size = elem_size(code).unwrap_or(1);
+    match n.and_then(|n| n.checked_mul(size).map(|b| (n, b))) {
+        Some((n, b)) if b <= max_bytes => Ok(n),
+        _ => Err(format!("the constant result of shape {dims:?} exceeds the folding limit of {max_bytes} bytes")),
+    }
+}
+
+/// For each element of `out` (row-major), the flat index of the `inp` element numpy broadcasting reads.
+fn broadcast_map(out: &[usize], inp: &[usize]) -> Vec<usize> {
+    let n: usize = out.iter().product();
+    let r = out.len();
+    let off = r - inp.len();
+    let in_strides = strides(inp);
+    // Stride per output axis: 0 where the input is broadcast along it.
+    let eff: Vec<usize> = (0..r).map(|k| if k < off || inp[k - off] == 1 { 0 } else { in_strides[k - off] }).collect();
+    let mut idx = vec![0usize; r];
+    let mut flat = 0usize;
+    let mut map = Vec::with_capacity(n);
+    for _ in 0..n {
+        map.push(flat);
+        for k in (0..r).rev() {
+            idx[k] += 1;
+            flat += eff[k];
+            if idx[k] < out[k] {
+                break;
+            }
+            flat -= eff[k] * idx[k];
+            idx[k] = 0;
+        }
+    }
+    map
+}
+
+fn bcast_dims(shapes: &[&[usize]]) -> R<Vec<usize>> {
+    let mut acc = Shape::scalar();
+    for s in shapes {
+        acc = graph_ir::shape::broadcast(&acc, &Shape::from(*s))
+            .ok_or_else(|| format!("cannot broadcast {acc} with {}", Shape::from(*s)))?;
+    }
+    Ok(acc.0)
+}
+
+/// Packs i64 values as `code`'s little-endian bytes (wrapping, as a C cast).
+pub(crate) fn pack_ints(code: i32, v: &[i64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * elem_size(code).unwrap_or(8));
+    for &x in v {
+        match code {
+            data_type::INT64 | data_type::UINT64 => out.extend_from_slice(&x.to_le_bytes()),
+            data_type::INT32 | data_type::UINT32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
+            data_type::INT16 | data_type::UINT16 => out.extend_from_slice(&(x as i16).to_le_bytes()),
+            data_type::BOOL => out.push(u8::from(x != 0)),
+            _ => out.push(x as u8),
+        }
+    }
+    out
+}
+
+fn is_int_code(code: i32) -> bool {
+    matches!(
+        code,
+        data_type::INT64
+            | data_type::INT32
+            | data_type::INT16
+            | data_type::INT8
+            | data_type::UINT64
+            | data_type::UINT32
+            | data_type::UINT16
+            | data_type::UINT8
+            | data_type::BOOL
+    )
+}
+
+/// True for integer and bool element types: results of these types are folded.
+pub(crate) fn is_index_type(code: i32) -> bool {
+    is_int_code(code)
+}
+
+/// Output dims of a graph-ir op over constant inputs, through graph-ir's own inference.
+fn infer_dims(op: &Op, inputs: &[&TensorValue]) -> R<Vec<usize>> {
+    let specs: Vec<(graph_ir::DType, Shape)> = inputs
+        .iter()
+        .map(|v| {
+            dtype_of(v.dtype)
+                .map(|d| (d, Shape::from(v.dims.as_slice())))
+                .ok_or_else(|| format!("cannot fold over {} values", data_type::name(v.dtype)))
+        })
+        .collect::<R<_>>()?;
+    let refs: Vec<(graph_ir::DType, &Shape)> = specs.iter().map(|(d, s)| (*d, s)).collect();
+    let out = infer(op, &refs).map_err(|e| format!("{e:?}"))?;
+    out.into_iter().next().map(|s| s.shape.0).ok_or_else(|| "no output".to_string())
+}
+
+/// The same bytes under new dims (Reshape, Squeeze, Unsqueeze, Flatten, Identity).
+pub(crate) fn view(op: &Op, x: &TensorValue) -> R<TensorValue> {
+    let dims = infer_dims(op, &[x])?;
+    Ok(TensorValue { dtype: x.dtype, dims, bytes: Arc::clone(&x.bytes) })
+}
+
+/// Concat along `axis`.
+pub(crate) fn concat(axis: i64, xs: &[&TensorValue], max_bytes: usize) -> R<TensorValue> {
+    let dims = infer_dims(&Op::Concat { axis }, xs)?;
+    let code = xs[0].dtype;
+    check_size(&dims, code, max_bytes)?;
+    let a = graph_ir::shape::normalize_axis(axis, dims.len()).ok_or("axis out of range")?;
+    let size = elem_size(code).unwrap_or(1);
+    let outer: usize = dims[..a].iter().product();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for x in xs {
+            let chunk = x.dims[a..].iter().product::<usize>() * size;
+            out.extend_from_slice(&x.bytes[o * chunk..(o + 1) * chunk]);
+        }
+    }
+    Ok(TensorValue::new(code, dims, out))
+}
+
+/// Gather along `axis` with (possibly negative) indices.
+pub(crate) fn gather(axis: i64, data: &TensorValue, indices: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    let dims = infer_dims(&Op::Gather { axis }, &[data, indices])?;
+    check_size(&dims, data.dtype, max_bytes)?;
+    let a = graph_ir::shape::normalize_axis(axis, data.dims.len()).ok_or("axis out of range")?;
+    let idx = indices.to_i64s().ok_or("indices must be integers")?;
+    let size = elem_size(data.dtype).unwrap_or(1);
+    let extent = data.dims[a];
+    let inner = data.dims[a + 1..].iter().product::<usize>() * size;
+    let outer: usize = data.dims[..a].iter().product();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for &i in &idx {
+            let j = normalize_index(i, extent)?;
+            let base = (o * extent + j) * inner;
+            out.extend_from_slice(&data.bytes[base..base + inner]);
+        }
+    }
+    Ok(TensorValue::new(data.dtype, dims, out))
+}
+
+fn normalize_index(i: i64, extent: usize) -> R<usize> {
+    let e = extent as i64;
+    let j = if i < 0 { i + e } else { i };
+    if (0..e).contains(&j) {
+        Ok(j as usize)
+    } else {
+        Err(format!("index {i} is out of range for extent {extent}"))
+    }
+}
+
+/// GatherElements along `axis`: the output has the indices' shape.
+pub(crate) fn gather_elements(
+    axis: i64,
+    data: &TensorValue,
+    indices: &TensorValue,
+    max_bytes: usize,
+) -> R<TensorValue> {
+    let r = data.dims.len();
+    if indices.dims.len() != r {
+        return Err(format!("indices rank {} differs from data rank {r}", indices.dims.len()));
+    }
+    let a = graph_ir::shape::normalize_axis(axis, r).ok_or_else(|| format!("axis {axis} out of range for rank {r}"))?;
+    let n = check_size(&indices.dims, data.dtype, max_bytes)?;
+    let idx = indices.to_i64s().ok_or("indices must be integers")?;
+    let size = elem_size(data.dtype).unwrap_or(1);
+    let ds = strides(&data.dims);
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for &i in idx.iter().take(n) {
+        let mut flat = 0usize;
+        for k in 0..r {
+            let c = if k == a { normalize_index(i, data.dims[a])? } else { pos[k] };
+            if c >= data.dims[k] {
+                return Err(format!("indices shape {:?} exceeds data shape {:?} on axis {k}", indices.dims, data.dims));
+            }
+            flat += c * ds[k];
+        }
+        out.extend_from_slice(&data.bytes[flat * size..(flat + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < indices.dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(data.dtype, indices.dims.clone(), out))
+}
+
+/// Slice with graph-ir's resolution of starts, ends, axes and steps.
+pub(crate) fn slice(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    let Op::Slice { starts, ends, axes, steps } = op else {
+        return Err("not a Slice".to_string());
+    };
+    let plan = slice_plan(&Shape::from(x.dims.as_slice()), starts, ends, axes.as_deref(), steps.as_deref())
+        .map_err(|e| format!("{e:?}"))?;
+    let dims: Vec<usize> = plan.iter().map(|p| p.count).collect();
+    let n = check_size(&dims, x.dtype, max_bytes)?;
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let xs = strides(&x.dims);
+    let r = dims.len();
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        let flat: i64 = (0..r).map(|k| (plan[k].start + pos[k] as i64 * plan[k].step) * xs[k] as i64).sum();
+        let f = flat as usize;
+        out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// Expand (bidirectional broadcast) to `shape`.
+pub(crate) fn expand(shape: &[i64], x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    let dims = infer_dims(&Op::Expand { shape: shape.to_vec() }, &[x])?;
+    check_size(&dims, x.dtype, max_bytes)?;
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let map = broadcast_map(&dims, &x.dims);
+    let mut out = Vec::with_capacity(map.len() * size);
+    for i in map {
+        out.extend_from_slice(&x.bytes[i * size..(i + 1) * size]);
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// `cond ? x : y` with three-way broadcasting.
+pub(crate) fn where_(c: &TensorValue, x: &TensorValue, y: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    if x.dtype != y.dtype {
+        return Err("X and Y must share a dtype".to_string());
+    }
+    let dims = bcast_dims(&[&c.dims, &x.dims, &y.dims])?;
+    check_size(&dims, x.dtype, max_bytes)?;
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let cond = c.to_i64s().ok_or("condition must be bool")?;
+    let (mc, mx, my) = (broadcast_map(&dims, &c.dims), broadcast_map(&dims, &x.dims), broadcast_map(&dims, &y.dims));
+    let mut out = Vec::with_capacity(mc.len() * size);
+    for k in 0..mc.len() {
+        let (src, i) = if cond[mc[k]] != 0 { (x, mx[k]) } else { (y, my[k]) };
+        out.extend_from_slice(&src.bytes[i * size..(i + 1) * size]);
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// An integer binary op (wrapping, division truncates toward zero) or a comparison (any numeric type,
+/// compared as f64 when either side is floating-point; bool result).
+pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usize) -> R<Option<TensorValue>> {
+    let cmp = matches!(op, "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual");
+    if a.dtype != b.dtype {
+        return Err(format!(
+            "inputs must share a dtype, got {} and {}",
+            data_type::name(a.dtype),
+            data_type::name(b.dtype)
+        ));
+    }
+    let ints = is_int_code(a.dtype);
+    if !ints && !cmp {
+        return Ok(None); // floating-point maths stays in the graph
+    }
+    let dims = bcast_dims(&[&a.dims, &b.dims])?;
+    let out_code = if cmp { data_type::BOOL } else { a.dtype };
+    check_size(&dims, out_code, max_bytes)?;
+    let (ma, mb) = (broadcast_map(&dims, &a.dims), broadcast_map(&dims, &b.dims));
+    let vals: Vec<i64> = if ints {
+        let (va, vb) = (a.to_i64s().unwrap_or_default(), b.to_i64s().unwrap_or_default());
+        let mut v = Vec::with_capacity(ma.len());
+        for k in 0..ma.len() {
+            let (x, y) = (va[ma[k]], vb[mb[k]]);
+            v.push(match op {
+                "Add" => x.wrapping_add(y),
+                "Sub" => x.wrapping_sub(y),
+                "Mul" => x.wrapping_mul(y),
+                "Div" => {
+                    if y == 0 {
+                        return Err("integer division by zero".to_string());
+                    }
+                    x.wrapping_div(y)
+                }
+                "Max" => x.max(y),
+                "Min" => x.min(y),
+                "Equal" => i64::from(x == y),
+                "Less" => i64::from(x < y),
+                "LessOrEqual" => i64::from(x <= y),
+                "Greater" => i64::from(x > y),
+                "GreaterOrEqual" => i64::from(x >= y),
+                "And" => i64::from(x != 0 && y != 0),
+                "Or" => i64::from(x != 0 || y != 0),
+                _ => return Ok(None),
+            });
+        }
+        v
+    } else {
+        let (va, vb) = (a.to_f64s(), b.to_f64s());
+        (0..ma.len())
+            .map(|k| {
+                let (x, y) = (va[ma[k]], vb[mb[k]]);
+                i64::from(match op {
+                    "Equal" => x == y,
+                    "Less" => x < y,
+                    "LessOrEqual" => x <= y,
+                    "Greater" => x > y,
+                    _ => x >= y,
+                })
+            })
+            .collect()
+    };
+    Ok(Some(TensorValue::new(out_code, dims, pack_ints(out_code, &vals))))
+}
+
+/// An integer unary op (Neg, Abs, Not).
+pub(crate) fn unary(op: &str, x: &TensorValue) -> Option<TensorValue> {
+    let v = x.to_i64s()?;
+    let out: Vec<i64> = match op {
+        "Neg" => v.iter().map(|a| a.wrapping_neg()).collect(),
+        "Abs" => v.iter().map(|a| a.wrapping_abs()).collect(),
+        "Not" => v.iter().map(|&a| i64::from(a == 0)).collect(),
+        _ => return None,
+    };
+    Some(TensorValue::new(x.dtype, x.dims.clone(), pack_ints(x.dtype, &out)))
+}
+
+/// Cast to an integer or bool type (floats truncate toward zero, as ONNX Cast; NaN becomes 0).
+pub(crate) fn cast_to_int(x: &TensorValue, to: i32) -> Option<TensorValue> {
+    if !is_int_code(to) {
+        return None;
+    }
+    let v: Vec<i64> = match x.to_i64s() {
+        Some(v) => v,
+        None => x
+            .to_f64s()
+            .into_iter()
+            .map(|f| if to == data_type::BOOL { i64::from(f != 0.0) } else { f as i64 })
+            .collect(),
+    };
+    Some(TensorValue::new(to, x.dims.clone(), pack_ints(to, &v)))
+}
+
+/// Range(start, limit, delta) over integers.
+pub(crate) fn range(
+    start: &TensorValue,
+    limit: &TensorValue,
+    delta: &TensorValue,
+    max_bytes: usize,
+) -> R<Option<TensorValue>> {
+    let code = start.dtype;
+    let (Some(s), Some(l), Some(d)) = (start.to_i64s(), limit.to_i64s(), delta.to_i64s()) else {
+        return Ok(None);
+    };
+    let (&[s], &[l], &[d]) = (s.as_slice(), l.as_slice(), d.as_slice()) else {
+        return Err("start, limit and delta must be scalars".to_string());
+    };
+    if d == 0 {
+        return Err("delta must be non-zero".to_string());
+    }
+    let (s128, l128, d128) = (s as i128, l as i128, d as i128);
+    let count = if d > 0 && l128 > s128 {
+        (l128 - s128 + d128 - 1) / d128
+    } else if d < 0 && s128 > l128 {
+        (s128 - l128 - d128 - 1) / -d128
+    } else {
+        0
+    };
+    let count = usize::try_from(count).map_err(|_| "range count overflows".to_string())?;
+    check_size(&[count], code, max_bytes)?;
+    let v: Vec<i64> = (0..count as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect();
+    Ok(Some(TensorValue::new(code, vec![count], pack_ints(code, &v))))
+}
+
+/// ConstantOfShape: `value` (one element, default float 0) repeated over `dims`.
+pub(crate) fn constant_of_shape(dims: &[i64], value: Option<&TensorValue>, max_bytes: usize) -> R<TensorValue> {
+    let dims: Vec<usize> = dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("negative extent {d} in the shape")))
+        .collect::<R<_>>()?;
+    let (code, elem) = match value {
+        Some(v) if v.numel() == 1 => (v.dtype, v.bytes.to_vec()),
+        Some(v) => return Err(format!("value must have one element, has {}", v.numel())),
+        None => (data_type::FLOAT, 0f32.to_le_bytes().to_vec()),
+    };
+    let n = check_size(&dims, code, max_bytes)?;
+    Ok(TensorValue::new(code, dims, elem.repeat(n)))
+}
+
+/// An int64 value (Shape, Size, Constant ints).
+pub(crate) fn i64_value(dims: Vec<usize>, v: &[i64]) -> TensorValue {
+    TensorValue::new(data_type::INT64, dims, pack_ints(data_type::INT64, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: usize = 1 << 20;
+
+    fn iv(dims: &[usize], v: &[i64]) -> TensorValue {
+        i64_value(dims.to_vec(), v)
+    }
+
+    #[test]
+    fn broadcast_map_matches_numpy() {
+        assert_eq!(broadcast_map(&[2, 3], &[3]), vec![0, 1, 2, 0, 1, 2]);
+        assert_eq!(broadcast_map(&[2, 3], &[2, 1]), vec![0, 0, 0, 1, 1, 1]);
+        assert_eq!(broadcast_map(&[2, 2], &[]), vec![0; 4]);
+        assert_eq!(broadcast_map(&[2, 2], &[2, 2]), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn shape_arithmetic_chain() {
+        // Shape -> Gather(0) -> Unsqueeze -> Concat with [-1]: the classic Reshape target subgraph.
+        let shape = iv(&[3], &[8, 16, 32]);
+        let g = gather(0, &shape, &iv(&[], &[0]), MAX).unwrap();
+        assert_eq!((g.dims.clone(), g.to_i64s().unwrap()), (vec![], vec![8]));
+        let u = view(&Op::Unsqueeze { axes: vec![0] }, &g).unwrap();
+        assert_eq!(u.dims, vec![1]);
+        let c = concat(0, &[&u, &iv(&[1], &[-1])], MAX).unwrap();
+        assert_eq!(c.to_i64s().unwrap(), vec![8, -1]);
+    }
+
+    #[test]
+    fn gather_elements_and_slice() {
+        let table = iv(&[1, 5], &[10, 11, 12, 13, 14]);
+        let idx = iv(&[1, 3], &[4, 0, -1]);
+        let g = gather_elements(1, &table, &idx, MAX).unwrap();
+        assert_eq!((g.dims.clone(), g.to_i64s().unwrap()), (vec![1, 3], vec![14, 10, 14]));
+        assert!(gather_elements(1, &table, &iv(&[1, 1], &[5]), MAX).is_err());
+        let s = slice(
+            &Op::Slice { starts: vec![-1], ends: vec![i64::MIN], axes: Some(vec![1]), steps: Some(vec![-2]) },
+            &table,
+            MAX,
+        )
+        .unwrap();
+        assert_eq!(s.to_i64s().unwrap(), vec![14, 12, 10]);
+    }
+
+    #[test]
+    fn binary_where_expand_cast_range() {
+        let a = iv(&[2, 1], &[1, 2]);
+        let b = iv(&[3], &[10, 20, 30]);
+        let s = binary("Mul", &a, &b, MAX).unwrap().unwrap();
+        assert_eq!((s.dims.clone(), s.to_i64s().unwrap()), (vec![2, 3], vec![10, 20, 30, 20, 40, 60]));
+        assert!(binary("Div", &a, &iv(&[], &[0]), MAX).is_err());
+        let eq = binary("Equal", &b, &iv(&[], &[20]), MAX).unwrap().unwrap();
+        assert_eq!((eq.dtype, eq.bytes.to_vec()), (data_type::BOOL, vec![0, 1, 0]));
+        let w = where_(&eq, &b, &iv(&[], &[-1]), MAX).unwrap();
+        assert_eq!(w.to_i64s().unwrap(), vec![-1, 20, -1]);
+        let e = expand(&[2, 3], &iv(&[3], &[1, 2, 3]), MAX).unwrap();
+        assert_eq!(e.to_i64s().unwrap(), vec![1, 2, 3, 1, 2, 3]);
+        let f = TensorValue::new(
+            data_type::FLOAT,
+            vec![3],
+            [1.9f32, -1.9, 0.0].iter().flat_map(|v| v.to_le_bytes()).collect(),
+        );
+        assert_eq!(cast_to_int(&f, data_type::INT32).unwrap().to_i64s().unwrap(), vec![1, -1, 0]);
+        assert_eq!(cast_to_int(&f, data_type::BOOL).unwrap().bytes.to_vec(), vec![1, 1, 0]);
+        assert!(cast_to_int(&f, data_type::FLOAT).is_none());
+        let r = range(&iv(&[], &[5]), &iv(&[], &[-1]), &iv(&[], &[-2]), MAX).unwrap().unwrap();
+        assert_eq!(r.to_i64s().unwrap(), vec![5, 3, 1]);
+        let r = range(&iv(&[], &[0]), &iv(&[], &[0]), &iv(&[], &[1]), MAX).unwrap().unwrap();
+        assert_eq!(r.dims, vec![0]);
+    }
+
+    #[test]
+    fn folding_refuses_huge_results() {
+        assert!(constant_of_shape(&[1_000_000_000], None, MAX).is_err());
+        assert!(constant_of_shape(&[1 << 40, 1 << 40], None, MAX).is_err());
+        assert!(range(&iv(&[], &[0]), &iv(&[], &[i64::MAX]), &iv(&[], &[1]), MAX).is_err());
+        assert!(expand(&[1_000_000, 1_000_000], &iv(&[1], &[1]), MAX).is_err());
+        let c = constant_of_shape(&[2, 2], Some(&iv(&[1], &[7])), MAX).unwrap();
+        assert_eq!(c.to_i64s().unwrap(), vec![7; 4]);
+    }
+}
