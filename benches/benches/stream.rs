@@ -53,8 +53,26 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn families() -> Vec<ComputeGraph> {
+/// The shared ONNX models, when present beside the workspace (`../shared/models` or `/work/shared/models`).
+fn models() -> Vec<(String, ComputeGraph)> {
+    let Some(dir) = ["../shared/models", "/work/shared/models"].into_iter().find(|d| std::path::Path::new(d).is_dir())
+    else {
+        eprintln!("no shared models directory: skipping the ONNX models");
+        return Vec::new();
+    };
     let mut v = Vec::new();
+    for m in ["googlenet", "resnet50", "mobilenet_v2", "bert_base"] {
+        let path = format!("{dir}/{m}.onnx");
+        match graph_onnx::import_file(&path, &graph_onnx::ImportOptions::default()) {
+            Ok(model) => v.push((m.to_string(), model.graph)),
+            Err(e) => eprintln!("{path}: {e}"),
+        }
+    }
+    v
+}
+
+fn families() -> Vec<(String, ComputeGraph)> {
+    let mut v = models();
     for g in [
         synth::inception_like(4, 4),
         synth::inception_like(8, 6),
@@ -64,7 +82,7 @@ fn families() -> Vec<ComputeGraph> {
         synth::transformer(2, 256, 4, 64, 1),
     ] {
         match g {
-            Ok(g) => v.push(g),
+            Ok(g) => v.push((g.name().to_string(), g)),
             Err(e) => eprintln!("synth failed: {e}"),
         }
     }
@@ -89,7 +107,7 @@ fn report() {
         "events",
         "pool_B"
     );
-    for g in families() {
+    for (name, g) in families() {
         for reuse in [true, false] {
             for k in [1usize, 2, 4, 8] {
                 let mut o = PlanOptions::with_streams(k);
@@ -98,13 +116,13 @@ fn report() {
                 let p = match ExecutionPlan::build_with(&g, &o) {
                     Ok(p) => p,
                     Err(e) => {
-                        eprintln!("{}: {e}", g.name());
+                        eprintln!("{name}: {e}");
                         continue;
                     }
                 };
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
                 let s = p.stats();
-                let name = format!("{}{}", g.name(), if reuse { "" } else { " noreuse" });
+                let name = format!("{name}{}", if reuse { "" } else { " noreuse" });
                 println!(
                     "{:<28} {:>3} {:>3} {:>6} {:>10.1} {:>10.1} {:>6.3} {:>7.3} {:>7.2} {:>7} {:>6} {:>6} {:>10}  ({ms:.0} ms)",
                     name,

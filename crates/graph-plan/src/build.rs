@@ -6,7 +6,7 @@ use graph_ir::{ComputeGraph, GraphError, GraphResult, OpCategory, TensorId, Tens
 use graph_passes::device::{estimate_group, DeviceProfile};
 use graph_passes::fusion::{self, FusionOptions, FusionPlan, GroupKind};
 use graph_passes::liveness::{self, Liveness};
-use graph_passes::memory::{self, MemoryOptions, MemoryPlan, Placement, Region};
+use graph_passes::memory::{self, MemoryOptions, MemoryPlan, Placement};
 use graph_passes::stream::{self, StreamOptions, StreamPlan};
 use graph_passes::timing::{self, LaunchMode, SimStep, Timeline, TimingError};
 use graph_passes::topo::{self, TopoOrder};
@@ -482,7 +482,7 @@ pub fn linearise(
 }
 
 /// The timing evaluator on a plan's steps (DESIGN.md 5): each launch takes its kernel's modelled time and
-/// occupancy, a copy moves its bytes at DRAM (device) or host bandwidth on one block's worth of the device,
+/// occupancy, a copy reads and writes its bytes at DRAM bandwidth on one block's worth of the device,
 /// records and waits become dependencies; `mode` sets the launch overhead.
 pub fn simulate_plan(plan: &ExecutionPlan, device: &DeviceProfile, mode: LaunchMode) -> Result<Timeline, TimingError> {
     let (tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device))?;
@@ -502,15 +502,12 @@ fn plan_sim_steps(plan: &ExecutionPlan, device: &DeviceProfile) -> Vec<SimStep> 
                     occupancy: e.occupancy.clamp(copy_occupancy, 1.0),
                 }
             }
-            PlanStep::Copy { stream, src, dst, bytes, .. } => {
-                let host = src.region == Region::Host || dst.region == Region::Host;
-                let bw = if host { device.host_bandwidth } else { device.mem_bandwidth / 2.0 };
-                SimStep::Work {
-                    stream: *stream,
-                    duration_us: *bytes as f64 / bw.max(1.0) * 1e6,
-                    occupancy: copy_occupancy,
-                }
-            }
+            // As exec-sim's timing model: a copy reads and writes its bytes at DRAM bandwidth.
+            PlanStep::Copy { stream, bytes, .. } => SimStep::Work {
+                stream: *stream,
+                duration_us: 2.0 * *bytes as f64 / device.mem_bandwidth.max(1.0) * 1e6,
+                occupancy: copy_occupancy,
+            },
             PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
             PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
         })

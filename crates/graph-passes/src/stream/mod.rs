@@ -9,12 +9,17 @@
 //!    Hopcroft-Karp) gives the minimum number of chains that cover the reduction: groups of one chain are
 //!    ordered, unordered groups never share a chain (maximum logical concurrency), and the cross-chain edges are
 //!    as few as possible. O(E log E + E sqrt N).
-//! 3. With more chains than streams, two candidates, the one with the shorter modelled makespan kept (ties:
-//!    fewer waits): `merge` puts whole chains onto streams, critical path first, each where it overlaps the
-//!    least modelled busy time (then the least load), keeping group order, O(N k log N), tried while there are
-//!    at most `MERGE_CHAINS_PER_STREAM` chains per stream; `schedule` list-schedules groups on `k` streams by
-//!    longest path to the end under the timing model, keeping chain successors on their predecessor's stream
-//!    when it is free, and submits them in start order, O((N + E) log N + N k).
+//! 3. With more chains than streams, candidate assignments, the one with the shortest modelled makespan kept
+//!    (ties: fewer waits, then the earlier candidate):
+//!    - `merge` puts whole chains onto streams, critical path first, each where it overlaps the least
+//!      modelled busy time (then the least load), keeping group order; O(N k log N);
+//!    - `schedule` list-schedules groups by longest path to the end under the timing model, on the idle
+//!      stream needing the fewest new waits, and submits them in start order; O((N + E) log N + N k). Once
+//!      starting a group only when it fits beside the running ones (occupancies sum to at most 1), and, when
+//!      that rule ever held a group back, once greedily.
+//!
+//!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
+//!    streams (neither rule is monotone in the stream count); larger ones only the list schedules with k.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
@@ -280,20 +285,36 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
         candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
     } else {
-        if chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k {
-            let _s = tracing::debug_span!("merge").entered();
-            let merged = merge::merge(&chains.chains, &top, &time, &bottom, k);
-            candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
-        }
-        let _s = tracing::debug_span!("list_schedule").entered();
         let mut prev = vec![u32::MAX; n];
         for (u, &v) in chains.next.iter().enumerate() {
             if v != u32::MAX {
                 prev[v as usize] = u as u32;
             }
         }
-        let sched = schedule::list_schedule(&reduced, &time, &bottom, &prev, k);
-        candidates.push(Candidate { stream_of: sched.stream_of, order: Some(sched.order) });
+        // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
+        // is monotone in the stream count (more concurrent launches can slow the critical path when they
+        // share the device). Large graphs try the list schedules with k streams only.
+        let small = chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k;
+        let mut kk = k;
+        while kk >= 2 {
+            if small {
+                let _s = tracing::debug_span!("merge").entered();
+                let merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
+                candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
+            }
+            let _s = tracing::debug_span!("list_schedule").entered();
+            let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, Some(&occ));
+            let blocked = aware.blocked;
+            candidates.push(Candidate { stream_of: aware.stream_of, order: Some(aware.order) });
+            if blocked {
+                let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
+                candidates.push(Candidate { stream_of: greedy.stream_of, order: Some(greedy.order) });
+            }
+            if !small {
+                break;
+            }
+            kk /= 2;
+        }
     }
     // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
     if candidates.len() == 1 {

@@ -11,8 +11,9 @@
 //! and replaying it in the evaluator gives the same schedule.
 //!
 //! Under processor sharing every running launch slows by the same factor, so the order of events in the
-//! evaluator's virtual time is the order in wall time: the decisions need only launch times, not occupancies.
-//! O((N + E) log N + N k).
+//! evaluator's virtual time is the order in wall time: the decisions need only launch times and, for the
+//! capacity-aware variant (which starts a group only when it fits beside what runs, so that off-critical work
+//! never slows the critical path of large kernels), the running occupancies. O((N + E) log N + N k).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -76,11 +77,22 @@ pub struct Schedule {
     pub stream_of: Vec<u32>,
     /// Groups in start order.
     pub order: Vec<u32>,
+    /// True when the capacity rule held a group back at least once (without it the schedule would differ).
+    pub blocked: bool,
 }
 
 /// Schedule the DAG (`preds`: reduced predecessor rows) on `k` streams. `time` includes launch overhead;
-/// `prev[g]` is g's chain predecessor (`u32::MAX`: none).
-pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k: usize) -> Schedule {
+/// `prev[g]` is g's chain predecessor (`u32::MAX`: none). With `capacity` (the occupancies), a group starts only
+/// while the occupancies of the running groups and its own sum to at most 1 (or nothing runs), so it never
+/// slows down what is already running; the most urgent ready group is never overtaken.
+pub fn list_schedule(
+    preds: &Csr,
+    time: &[f64],
+    bottom: &[f64],
+    prev: &[u32],
+    k: usize,
+    capacity: Option<&[f64]>,
+) -> Schedule {
     let n = preds.len();
     let k = k.max(1);
     let succs = preds.transpose(n);
@@ -99,6 +111,7 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
     let mut virt = 0f64;
     let mut done: Vec<u32> = Vec::new();
     let mut idle_count = k;
+    let (mut load, mut running_count, mut blocked) = (0f64, 0usize, false);
     // Vector clocks as the sync pass will compute them (clock[s][j]: latest position on stream j that stream s
     // is known to follow), with each group's clock kept for later waits on it, so a group can go where it needs
     // the fewest new waits. Skipped when the snapshots would be too large.
@@ -110,8 +123,18 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
     let mut pos = vec![0u32; if track { n } else { 0 }];
     loop {
         while idle_count > 0 {
-            let Some(r) = ready.pop() else { break };
+            let Some(&r) = ready.peek() else { break };
             let g = r.group as usize;
+            if let Some(occ) = capacity {
+                // The most urgent ready group waits rather than slow down what runs; nothing overtakes it.
+                if running_count > 0 && load + occ[g] > 1.0 + 1e-9 {
+                    blocked = true;
+                    break;
+                }
+                load += occ[g];
+            }
+            ready.pop();
+            running_count += 1;
             let ps = preds.row(g);
             let new_waits = |s: usize| -> usize {
                 if !track {
@@ -186,6 +209,10 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
             let g = g as usize;
             idle[stream_of[g] as usize] = true;
             idle_count += 1;
+            running_count -= 1;
+            if let Some(occ) = capacity {
+                load -= occ[g];
+            }
             for &v in succs.row(g) {
                 waiting[v as usize] -= 1;
                 if waiting[v as usize] == 0 {
@@ -194,5 +221,5 @@ pub fn list_schedule(preds: &Csr, time: &[f64], bottom: &[f64], prev: &[u32], k:
             }
         }
     }
-    Schedule { stream_of, order }
+    Schedule { stream_of, order, blocked }
 }
