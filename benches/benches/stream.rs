@@ -109,7 +109,7 @@ fn report() {
     );
     for (name, g) in families() {
         for reuse in [true, false] {
-            for k in [1usize, 2, 4, 8] {
+            for k in [1usize, 2, 4, 8, 16] {
                 let mut o = PlanOptions::with_streams(k);
                 o.memory.reuse = reuse;
                 let t0 = Instant::now();

@@ -382,4 +382,64 @@ mod tests {
         // The same with a short K cannot split.
         assert_eq!(gemm_grid(1, 64, 64, 64, &d).blocks, 4);
     }
+
+    /// A one-node group around `op` on the given input shape (plus extra inputs).
+    fn one(op: Op, x: &[usize], extra: &[(&str, Vec<usize>)]) -> (ComputeGraph, FusedGroup) {
+        let mut g = ComputeGraph::new("t");
+        let mut ins = vec![g.add_input("x", DType::F32, x.to_vec()).unwrap()];
+        for (name, shape) in extra {
+            ins.push(g.add_weight(name, DType::F32, shape.clone()).unwrap());
+        }
+        let kind = GroupKind::of(op.category());
+        let out = g.add_node("n", op, &ins).unwrap();
+        let node = g.node_id("n").unwrap();
+        let group = FusedGroup { nodes: vec![node], kind, inputs: ins, outputs: out };
+        (g, group)
+    }
+
+    #[test]
+    fn conv_is_an_implicit_gemm() {
+        let d = DeviceProfile::h200();
+        // 1x1 conv 64 -> 16 channels on 28x28: M = 784, N = 16, K = 64. Too few tiles for 132 SMs even at
+        // 32x32 (25 tiles) and K too short to split: 25 blocks of 128 threads, two resident per SM.
+        let op = Op::Conv(graph_ir::op::ConvAttrs::default());
+        let (g, grp) = one(op, &[1, 64, 28, 28], &[("w", vec![16, 64, 1, 1])]);
+        let grid = group_grid(&g, &grp, &d);
+        assert_eq!(grid, Grid { blocks: 25, threads: 128, tiles_per_sm: Some(2) });
+        let (cost, e) = estimate_group(&g, &grp, &d);
+        assert!((e.occupancy - 25.0 / 264.0).abs() < 1e-12);
+        // 25 blocks reach 25 of 132 SMs: the roofline stretches by 132 / 25.
+        assert!((e.time_us - d.roofline_us(&cost, DType::F32) * 132.0 / 25.0).abs() < 1e-9);
+        assert_eq!(e.roofline_us, d.roofline_us(&cost, DType::F32));
+    }
+
+    #[test]
+    fn reductions_go_by_rows() {
+        let d = DeviceProfile::h200();
+        // Softmax over 1000 classes, 4 rows: a warp per row, one block.
+        let (g, grp) = one(Op::Softmax { axis: -1 }, &[4, 1000], &[]);
+        assert_eq!(group_grid(&g, &grp, &d).blocks, 1);
+        // LayerNorm over 768 on 128 tokens: 16 blocks of 8 rows.
+        let ln = Op::LayerNormalization { axis: -1, epsilon: 1e-5 };
+        let (g, grp) = one(ln, &[1, 128, 768], &[("s", vec![768])]);
+        assert_eq!(group_grid(&g, &grp, &d).blocks, 16);
+        // Global average pool: 2048 rows of 49.
+        let (g, grp) = one(Op::GlobalAveragePool, &[1, 2048, 7, 7], &[]);
+        assert_eq!(group_grid(&g, &grp, &d).blocks, 256);
+        // One long row of 2^20: split over min(1056 slots, 2^20 / 2048 = 512) blocks.
+        let (g, grp) = one(Op::ReduceSum { axes: None, keepdims: true }, &[1 << 20], &[]);
+        assert_eq!(group_grid(&g, &grp, &d).blocks, 512);
+    }
+
+    #[test]
+    fn elementwise_goes_by_elements() {
+        let d = DeviceProfile::h200();
+        let (g, grp) = one(Op::Relu, &[1, 64, 56, 56], &[]);
+        let grid = group_grid(&g, &grp, &d);
+        assert_eq!(grid.blocks, (64u64 * 56 * 56).div_ceil(1024));
+        let e = estimate_group(&g, &grp, &d).1;
+        assert!((e.occupancy - 196.0 / 1056.0).abs() < 1e-12);
+        // 196 blocks cover every SM: the plain roofline.
+        assert_eq!(e.time_us, e.roofline_us);
+    }
 }

@@ -20,6 +20,8 @@
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
 //!    streams (neither rule is monotone in the stream count); larger ones only the list schedules with k.
+//!    With no more chains than streams, Nimble's stream per chain competes only with the capacity-aware
+//!    list schedule, and only when that schedule ever held a launch back.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
@@ -277,6 +279,12 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
     let k = opts.max_streams.max(1);
     let by_chain =
         |chain_stream: &[u32]| -> Vec<u32> { (0..n).map(|g| chain_stream[chains.chain_of[g] as usize]).collect() };
+    let mut prev = vec![u32::MAX; n];
+    for (u, &v) in chains.next.iter().enumerate() {
+        if v != u32::MAX {
+            prev[v as usize] = u as u32;
+        }
+    }
     let mut candidates: Vec<Candidate> = Vec::new();
     if k == 1 {
         candidates.push(Candidate { stream_of: vec![0; n], order: None });
@@ -284,13 +292,13 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
         // Nimble: a stream per chain; every group can start as soon as its predecessors end.
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
         candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
-    } else {
-        let mut prev = vec![u32::MAX; n];
-        for (u, &v) in chains.next.iter().enumerate() {
-            if v != u32::MAX {
-                prev[v as usize] = u as u32;
-            }
+        // When launches that fill the device would run side by side, holding off-critical ones back can
+        // shorten the critical path: the capacity-aware list schedule competes when its rule ever applies.
+        let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, chains.chains.len(), Some(&occ));
+        if aware.blocked {
+            candidates.push(Candidate { stream_of: aware.stream_of, order: Some(aware.order) });
         }
+    } else {
         // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
         // is monotone in the stream count (more concurrent launches can slow the critical path when they
         // share the device). Large graphs try the list schedules with k streams only.

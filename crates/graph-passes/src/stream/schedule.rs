@@ -121,6 +121,7 @@ pub fn list_schedule(
     let mut seq = vec![0u32; if track { n } else { 0 }];
     let mut count = vec![0u32; k];
     let mut pos = vec![0u32; if track { n } else { 0 }];
+    let mut waits: Vec<u32> = Vec::new();
     loop {
         while idle_count > 0 {
             let Some(&r) = ready.peek() else { break };
@@ -163,16 +164,13 @@ pub fn list_schedule(
                 .unwrap_or(0);
             if track {
                 // Waits latest first, as the sync pass takes them.
-                let mut waits: Vec<u32> = ps
-                    .iter()
-                    .copied()
-                    .filter(|&p| {
-                        let sp = stream_of[p as usize] as usize;
-                        sp != pick && clock[pick * k + sp] < seq[p as usize]
-                    })
-                    .collect();
+                waits.clear();
+                waits.extend(ps.iter().copied().filter(|&p| {
+                    let sp = stream_of[p as usize] as usize;
+                    sp != pick && clock[pick * k + sp] < seq[p as usize]
+                }));
                 waits.sort_unstable_by(|a, b| pos[*b as usize].cmp(&pos[*a as usize]));
-                for p in waits {
+                for &p in &waits {
                     let sp = stream_of[p as usize] as usize;
                     if clock[pick * k + sp] >= seq[p as usize] {
                         continue;
