@@ -20,8 +20,7 @@
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
 //!    streams (neither rule is monotone in the stream count); larger ones only the list schedules with k.
-//!    With no more chains than streams, Nimble's stream per chain competes only with the capacity-aware
-//!    list schedule, and only when that schedule ever held a launch back.
+//!    With no more chains than streams, Nimble's stream per chain is kept as is.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
@@ -291,13 +290,9 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
     } else if chains.chains.len() <= k {
         // Nimble: a stream per chain; every group can start as soon as its predecessors end.
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
+        // With enough streams, Nimble's guarantees hold: unordered groups never share a stream (maximum logical
+        // concurrency) and the cross-stream edges are the fewest any chain cover leaves.
         candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
-        // When launches that fill the device would run side by side, holding off-critical ones back can
-        // shorten the critical path: the capacity-aware list schedule competes when its rule ever applies.
-        let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, chains.chains.len(), Some(&occ));
-        if aware.blocked {
-            candidates.push(Candidate { stream_of: aware.stream_of, order: Some(aware.order) });
-        }
     } else {
         // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
         // is monotone in the stream count (more concurrent launches can slow the critical path when they
