@@ -194,10 +194,15 @@ proptest! {
     /// minimum (n - maximum matching of the reduction), unordered groups never share a stream when streams
     /// suffice, and the modelled makespan is at least the bound.
     #[test]
-    fn assignment_is_correct_and_minimal((preds, time) in arb_dag(), k in 1usize..9, window in prop::sample::select(vec![1usize, 3, 4096])) {
+    fn assignment_is_correct_and_minimal(
+        (preds, time) in arb_dag(),
+        k in 1usize..9,
+        window in prop::sample::select(vec![1usize, 3, 4096]),
+        reorder in any::<bool>(),
+    ) {
         let n = preds.len();
         let occ: Vec<f64> = time.iter().map(|t| (t / 10.0).min(1.0)).collect();
-        let o = StreamOptions { max_streams: k, window, ..StreamOptions::default() };
+        let o = StreamOptions { max_streams: k, window, reorder, ..StreamOptions::default() };
         let p = assign(&preds, &time, &occ, &o);
         prop_assert!(p.num_streams >= 1 && p.num_streams <= k);
         let dag_edges: Vec<(usize, usize)> = {
@@ -215,8 +220,11 @@ proptest! {
         } else {
             prop_assert!(p.reduced_edges >= tr.len() && p.reduced_edges <= dag_edges.len());
         }
-        // Submission order is a permutation and topological.
+        // Submission order is a permutation and topological, and group order unless reordering is allowed.
         let order = p.submission_order();
+        if !reorder {
+            prop_assert!(p.order.is_empty());
+        }
         let mut pos = vec![usize::MAX; n];
         for (i, g) in order.iter().enumerate() {
             prop_assert_eq!(pos[g.index()], usize::MAX);

@@ -1,10 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::needless_range_loop)] // brute-force checks index freely
-//! Whole plans with several streams: `graph_plan::verify` accepts them, and an independent recomputation from
-//! the plan's steps alone finds every conflicting access ordered, no redundant wait, and a modelled makespan
-//! at or above the bound.
+//! Whole plans with several streams, in group order and with the stream pass's own submission order:
+//! `graph_plan::verify` accepts them, and an independent recomputation from the plan's steps alone finds every
+//! conflicting access ordered, no redundant wait, and a modelled makespan at or above the bound.
 
 use graph_ir::{synth, ComputeGraph};
-use graph_plan::{BufferRef, ExecutionPlan, PlanOptions, PlanStep};
+use graph_passes::stream::{self, StreamOptions};
+use graph_plan::{run_pipeline, BufferRef, ExecutionPlan, Pass, PlanOptions, PlanStep};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -92,13 +93,31 @@ fn has(set: &[u64], i: usize) -> bool {
     set[i / 64] >> (i % 64) & 1 == 1
 }
 
+/// The plan `build_with` makes, or with `reorder` the same pipeline with a stream pass allowed to choose its
+/// own submission order, linearised by graph-plan.
+fn plan_for(graph: &ComputeGraph, k: usize, reorder: bool) -> ExecutionPlan {
+    let opts = PlanOptions::with_streams(k);
+    if !reorder {
+        return ExecutionPlan::build_with(graph, &opts).unwrap();
+    }
+    let r = run_pipeline(graph, &opts, Some(Pass::Memory)).unwrap();
+    let (fusion, mem) = (r.fusion.as_ref().unwrap(), r.memory.as_ref().unwrap());
+    let sopts = StreamOptions { reorder: true, ..StreamOptions::new(k, opts.device.clone()) };
+    let streams = stream::analyse(graph, fusion, mem, &sopts);
+    graph_plan::linearise(graph, &opts, fusion, mem, &streams).unwrap()
+}
+
 fn check(graph: &ComputeGraph, k: usize) -> Result<(), TestCaseError> {
-    let plan = ExecutionPlan::build_with(graph, &PlanOptions::with_streams(k)).unwrap();
-    if let Err(v) = graph_plan::verify(&plan) {
+    check_plan(&plan_for(graph, k, false), k)?;
+    check_plan(&plan_for(graph, k, true), k)
+}
+
+fn check_plan(plan: &ExecutionPlan, k: usize) -> Result<(), TestCaseError> {
+    if let Err(v) = graph_plan::verify(plan) {
         return Err(TestCaseError::fail(format!("verify: {v:?}")));
     }
     prop_assert!(plan.num_streams <= k);
-    let hb = happens_before(&plan);
+    let hb = happens_before(plan);
     prop_assert_eq!(hb.useless_waits, 0);
     let n = hb.stream.len();
     let mut all = hb.stream_edges.clone();

@@ -12,21 +12,24 @@
 //! 3. With more chains than streams, candidate assignments, the one with the shortest modelled makespan kept
 //!    (ties: fewer waits, then the earlier candidate):
 //!    - `merge` puts whole chains onto streams, critical path first, each where it overlaps the least
-//!      modelled busy time (then the least load), keeping group order; O(N k log N);
-//!    - `schedule` list-schedules groups by longest path to the end under the timing model, on the idle
-//!      stream needing the fewest new waits, and submits them in start order; O((N + E) log N + N k). Once
-//!      starting a group only when it fits beside the running ones (occupancies sum to at most 1), and, when
-//!      that rule ever held a group back, once greedily.
+//!      modelled busy time (then the least load); O(N k log N);
+//!    - `schedule::in_order` walks groups in group order, each onto the stream where it starts earliest
+//!      (ties: fewest new waits, its chain predecessor's stream); O(N k + E);
+//!    - `schedule::list_schedule` list-schedules groups by longest path to the end under the timing model, on
+//!      the idle stream needing the fewest new waits; O((N + E) log N + N k). Once starting a group only when
+//!      it fits beside the running ones (occupancies sum to at most 1), and, when that rule ever held a group
+//!      back, once greedily. Its start order becomes the submission order only with `StreamOptions::reorder`.
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
-//!    streams (neither rule is monotone in the stream count); larger ones only the list schedules with k.
-//!    With no more chains than streams, Nimble's stream per chain is kept as is.
+//!    streams (none is monotone in the stream count); larger ones only the schedules with k. With no more
+//!    chains than streams, Nimble's stream per chain is kept as is.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
 //!
-//! Submission order is the fusion plan's group order, or the list schedule's start order (`StreamPlan::order`);
-//! either is a topological order of data and reuse edges, so every wait follows its record.
+//! Submission order is the fusion plan's group order (the order the memory plan was made for), or with
+//! `reorder` the list schedule's start order (`StreamPlan::order`); either is a topological order of data and
+//! reuse edges, so every wait follows its record.
 
 mod chains;
 mod csr;
@@ -50,7 +53,7 @@ use crate::timing::{self, LaunchMode, Task, TaskId};
 pub const DEFAULT_WINDOW: usize = 4096;
 
 /// The chain merge is tried only while there are at most this many chains per stream: beyond, the chains'
-/// unlimited-stream intervals overlap so much that the list schedule always wins, and the merge's
+/// unlimited-stream intervals overlap so much that the schedules always win, and the merge's
 /// O(N k log N) would dominate the pass on million-group graphs.
 pub const MERGE_CHAINS_PER_STREAM: usize = 16;
 
@@ -67,6 +70,12 @@ pub struct StreamOptions {
     /// Reachability window of the transitive reduction, in groups (exact when it covers the graph).
     #[serde(default = "default_window")]
     pub window: usize,
+    /// Let the pass submit groups in an order of its own (a list schedule's start order) instead of the fusion
+    /// plan's group order. Off by default: the memory plan's lifetimes and `lower_bound_bytes` are stated for
+    /// group order, and with reordering they no longer describe the plan's launch order (memory stays safe:
+    /// reuse edges are honoured in any order).
+    #[serde(default)]
+    pub reorder: bool,
 }
 
 fn default_window() -> usize {
@@ -76,7 +85,7 @@ fn default_window() -> usize {
 impl StreamOptions {
     /// `max_streams` streams on `device`, graph-replay overhead, the default window.
     pub fn new(max_streams: usize, device: DeviceProfile) -> Self {
-        StreamOptions { max_streams, device, launch_mode: LaunchMode::Graph, window: DEFAULT_WINDOW }
+        StreamOptions { max_streams, device, launch_mode: LaunchMode::Graph, window: DEFAULT_WINDOW, reorder: false }
     }
 }
 
@@ -296,7 +305,7 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
     } else {
         // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
         // is monotone in the stream count (more concurrent launches can slow the critical path when they
-        // share the device). Large graphs try the list schedules with k streams only.
+        // share the device). Large graphs try the schedules with k streams only.
         let small = chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k;
         let mut kk = k;
         while kk >= 2 {
@@ -305,13 +314,17 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
                 let merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
                 candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
             }
-            let _s = tracing::debug_span!("list_schedule").entered();
+            let _s = tracing::debug_span!("schedule").entered();
+            candidates.push(Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None });
+            // A list schedule's start order is a submission order of its own; kept only when reordering is
+            // allowed, otherwise its stream choice runs in group order.
+            let keep = |order: Vec<u32>| if opts.reorder { Some(order) } else { None };
             let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, Some(&occ));
             let blocked = aware.blocked;
-            candidates.push(Candidate { stream_of: aware.stream_of, order: Some(aware.order) });
+            candidates.push(Candidate { stream_of: aware.stream_of, order: keep(aware.order) });
             if blocked {
                 let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
-                candidates.push(Candidate { stream_of: greedy.stream_of, order: Some(greedy.order) });
+                candidates.push(Candidate { stream_of: greedy.stream_of, order: keep(greedy.order) });
             }
             if !small {
                 break;

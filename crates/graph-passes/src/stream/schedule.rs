@@ -1,19 +1,21 @@
-//! List scheduling of groups onto `k` streams, under the timing evaluator's model, for DAGs with more chains
-//! than streams.
+//! Scheduling groups onto `k` streams for DAGs with more chains than streams: two greedy schedulers whose
+//! stream choices become candidate assignments.
 //!
-//! An event-driven simulation: whenever a stream is idle and a group is ready (all its predecessors finished),
-//! the ready group with the longest path to the end (bottom level; ties: the earlier group) starts. Its stream
-//! is chosen among the idle ones to save events: the one where it needs the fewest new waits (vector clocks as
-//! the sync pass keeps them: a predecessor on another stream needs a wait unless the stream already follows
-//! it), then the stream that just ran its chain predecessor (the matching's choice), then one whose last group
-//! is a predecessor of it, then the lowest index. The
-//! start sequence is the submission order (a topological order: a group starts after its predecessors end),
-//! and replaying it in the evaluator gives the same schedule.
+//! `list_schedule`: an event-driven simulation under the timing evaluator's model. Whenever a stream is idle
+//! and a group is ready (all its predecessors finished), the ready group with the longest path to the end
+//! (bottom level; ties: the earlier group) starts. Its stream is chosen among the idle ones to save events:
+//! the one where it needs the fewest new waits (vector clocks as the sync pass keeps them: a predecessor on
+//! another stream needs a wait unless the stream already follows it), then the stream that just ran its chain
+//! predecessor (the matching's choice), then one whose last group is a predecessor of it, then the lowest
+//! index. Its start sequence is a topological order; used as the submission order, replaying it in the
+//! evaluator gives the same schedule. Under processor sharing every running launch slows by the same factor,
+//! so the order of events in the evaluator's virtual time is the order in wall time: the decisions need only
+//! launch times and, for the capacity-aware variant (which starts a group only when it fits beside what runs,
+//! so that off-critical work never slows the critical path of large kernels), the running occupancies.
+//! O((N + E) log N + N k).
 //!
-//! Under processor sharing every running launch slows by the same factor, so the order of events in the
-//! evaluator's virtual time is the order in wall time: the decisions need only launch times and, for the
-//! capacity-aware variant (which starts a group only when it fits beside what runs, so that off-critical work
-//! never slows the critical path of large kernels), the running occupancies. O((N + E) log N + N k).
+//! `in_order`: groups in group order, each onto the stream where it can start earliest, so every stream runs
+//! its groups in the order the memory plan was made for. O(N k + E).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -220,4 +222,87 @@ pub fn list_schedule(
         }
     }
     Schedule { stream_of, order, blocked }
+}
+
+/// Streams for groups kept in group order: each group, in order, goes to the stream where it can start
+/// earliest (streams run one launch at a time; ties: fewest new waits, its chain predecessor's stream, a
+/// predecessor's stream, the lowest index). Each stream thus runs its groups in group order, the submission
+/// order the memory plan was made for. O(N k + E).
+pub fn in_order(preds: &Csr, time: &[f64], prev: &[u32], k: usize) -> Vec<u32> {
+    let n = preds.len();
+    let k = k.max(1);
+    let mut avail = vec![0f64; k];
+    let mut finish = vec![0f64; n];
+    let mut last_on: Vec<u32> = vec![u32::MAX; k];
+    let mut stream_of = vec![0u32; n];
+    let track = n.saturating_mul(k) <= MAX_CLOCK_ENTRIES;
+    let mut clock = vec![0u32; if track { k * k } else { 0 }];
+    let mut snapshot = vec![0u32; if track { n * k } else { 0 }];
+    let mut seq = vec![0u32; if track { n } else { 0 }];
+    let mut count = vec![0u32; k];
+    let mut waits: Vec<u32> = Vec::new();
+    for g in 0..n {
+        let ps = preds.row(g);
+        let ready = ps.iter().map(|&p| finish[p as usize]).fold(0f64, f64::max);
+        let new_waits = |s: usize| -> usize {
+            if !track {
+                return 0;
+            }
+            ps.iter()
+                .filter(|&&p| {
+                    let sp = stream_of[p as usize] as usize;
+                    sp != s && clock[s * k + sp] < seq[p as usize]
+                })
+                .count()
+        };
+        let key = |s: usize| {
+            let start = avail[s].max(ready);
+            let l = last_on[s];
+            let rank = if l != u32::MAX && l == prev[g] {
+                0
+            } else if l != u32::MAX && ps.binary_search(&l).is_ok() {
+                1
+            } else {
+                2
+            };
+            (start, new_waits(s), rank, s)
+        };
+        let mut pick = 0usize;
+        let mut best = key(0);
+        for s in 1..k {
+            let c = key(s);
+            if c.0 < best.0 - 1e-12 || (c.0 <= best.0 + 1e-12 && (c.1, c.2, c.3) < (best.1, best.2, best.3)) {
+                best = c;
+                pick = s;
+            }
+        }
+        if track {
+            waits.clear();
+            waits.extend(ps.iter().copied().filter(|&p| {
+                let sp = stream_of[p as usize] as usize;
+                sp != pick && clock[pick * k + sp] < seq[p as usize]
+            }));
+            waits.sort_unstable_by(|a, b| b.cmp(a));
+            for &p in &waits {
+                let sp = stream_of[p as usize] as usize;
+                if clock[pick * k + sp] >= seq[p as usize] {
+                    continue;
+                }
+                for j in 0..k {
+                    let v = snapshot[p as usize * k + j];
+                    let c = &mut clock[pick * k + j];
+                    *c = (*c).max(v);
+                }
+            }
+            count[pick] += 1;
+            seq[g] = count[pick];
+            clock[pick * k + pick] = seq[g];
+            snapshot[g * k..g * k + k].copy_from_slice(&clock[pick * k..pick * k + k]);
+        }
+        finish[g] = best.0 + time[g];
+        avail[pick] = finish[g];
+        last_on[pick] = g as u32;
+        stream_of[g] = pick as u32;
+    }
+    stream_of
 }
