@@ -7,6 +7,7 @@
 //!   cross-stream edges before event reduction and the waits and events after, and the pool bytes;
 //! - the memory the streams cost: the same graphs with pool reuse off (reuse edges no longer serialise
 //!   launches) against reuse on;
+//! - random DAGs (and googlenet without reuse) with `StreamOptions::reorder`;
 //! - one-shot timings of the stream pass on raw random DAGs of 100k and 1M groups, with the growth of the
 //!   process's peak resident memory.
 //!
@@ -18,7 +19,7 @@ use graph_ir::{synth, ComputeGraph};
 use graph_passes::ids::GroupId;
 use graph_passes::stream::{self, StreamOptions};
 use graph_passes::timing;
-use graph_plan::{ExecutionPlan, PlanOptions};
+use graph_plan::{run_pipeline, ExecutionPlan, Pass, PlanOptions};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -140,6 +141,28 @@ fn report() {
                     p.pool_bytes,
                 );
             }
+        }
+    }
+    println!("# with StreamOptions::reorder (the list schedule's own submission order)");
+    for (name, g) in families().into_iter().filter(|(n, _)| n.starts_with("random_dag") || n.starts_with("googlenet")) {
+        for k in [2usize, 4, 8] {
+            let mut opts = PlanOptions::with_streams(k);
+            opts.memory.reuse = !name.starts_with("googlenet");
+            let Ok(r) = run_pipeline(&g, &opts, Some(Pass::Memory)) else { continue };
+            let (Some(fusion), Some(mem)) = (r.fusion.as_ref(), r.memory.as_ref()) else { continue };
+            let sopts = StreamOptions { reorder: true, ..StreamOptions::new(k, opts.device.clone()) };
+            let streams = stream::analyse(&g, fusion, mem, &sopts);
+            let Ok(p) = graph_plan::linearise(&g, &opts, fusion, mem, &streams) else { continue };
+            let s = p.stats();
+            println!(
+                "{name:<28} {k:>3} reorder: makespan {:.1} bound {:.1} ratio {:.3} ratio_k {:.3} speedup {:.2} waits {}",
+                s.makespan_us,
+                s.makespan_bound_us,
+                s.makespan_us / s.makespan_bound_us.max(1e-12),
+                s.makespan_us / s.stream_limit_bound_us.max(1e-12),
+                s.one_stream_us / s.makespan_us.max(1e-12),
+                s.waits
+            );
         }
     }
     for n in [100_000usize, 1_000_000] {
