@@ -208,7 +208,11 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         return Ok(r);
     }
     let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
-    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &opts.memory))?;
+    // With several streams, buffers keep their bytes until the branches reading them have joined, so the reuse
+    // edges do not serialise branches (`MemoryOptions::concurrent_lifetimes`).
+    let mut mopts = opts.memory.clone();
+    mopts.concurrent_lifetimes |= opts.max_streams > 1;
+    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &mopts))?;
     #[cfg(debug_assertions)]
     crate::checks::memory(&mem)?;
     r.memory = Some(mem);
