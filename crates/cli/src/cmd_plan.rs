@@ -111,6 +111,14 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
         "num_streams": plan.num_streams,
         "event_count": plan.event_count,
         "events_before_reduction": s.events_before_reduction,
+        "waits": s.waits,
+        "chains": s.chains,
+        "makespan_us": round3(s.makespan_us),
+        "makespan_bound_us": round3(s.makespan_bound_us),
+        "makespan_ratio": if s.makespan_bound_us > 0.0 { round3(s.makespan_us / s.makespan_bound_us) } else { 1.0 },
+        "critical_path_us": round3(s.critical_path_us),
+        "one_stream_us": round3(s.one_stream_us),
+        "speedup_vs_one_stream": if s.makespan_us > 0.0 { round3(s.one_stream_us / s.makespan_us) } else { 1.0 },
         "total_steps": plan.total_steps(),
         "bytes_moved": s.bytes_moved,
         "bytes_moved_unfused": s.bytes_moved_unfused,
@@ -118,6 +126,11 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
         "compile_ms": (compile_ms * 1000.0).round() / 1000.0,
         "pass_ms": pass_ms,
     })
+}
+
+/// `x` rounded to three decimals (the report's precision for times and ratios).
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
 }
 
 /// Build a plan and verify it; returns it with the build time in milliseconds.

@@ -44,6 +44,12 @@ fn readme_main_command_reports_figures() {
         "lower_bound_bytes",
         "num_streams",
         "event_count",
+        "events_before_reduction",
+        "makespan_us",
+        "makespan_bound_us",
+        "critical_path_us",
+        "one_stream_us",
+        "speedup_vs_one_stream",
         "total_steps",
         "compile_ms",
         "pass_ms",
@@ -51,6 +57,12 @@ fn readme_main_command_reports_figures() {
         assert!(v.get(key).is_some(), "missing {key} in {v}");
     }
     assert!(v["pool_bytes"].as_u64().unwrap() >= v["lower_bound_bytes"].as_u64().unwrap());
+    // The timing figures are consistent: bound <= makespan <= one stream, and the reduction never adds events.
+    let f = |k: &str| v[k].as_f64().unwrap();
+    assert!(f("makespan_us") + 1e-3 >= f("makespan_bound_us"), "{v}");
+    assert!(f("makespan_us") <= f("one_stream_us") + 1e-3, "{v}");
+    assert!(f("makespan_bound_us") + 1e-3 >= f("critical_path_us"), "{v}");
+    assert!(v["event_count"].as_u64().unwrap() <= v["events_before_reduction"].as_u64().unwrap());
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! inputs that returns a documented, serde-serialisable struct; no pass mutates the graph, so each can be tested
 //! and inspected alone. `graph-plan` runs them in sequence and linearises the result into an `ExecutionPlan`.
 //!
-//! `device` holds the cost model (device profiles, per-launch roofline time and occupancy) shared by the stream
-//! pass and the simulator's timing model.
+//! `device` holds the cost model (device profiles, per-launch grid, time and occupancy) and `timing` the
+//! event-driven evaluator of launches on streams (processor sharing by occupancy, the makespan bound), both
+//! shared by the stream pass, graph-plan's report and the simulator's timing model.
 
 pub mod device;
 pub mod fusion;

@@ -14,10 +14,11 @@
 //! floating-point drift between tasks that run together.
 //!
 //! **The bound** ([`MakespanBound`]): `max(critical path, area)`, where the critical path is the longest path
-//! of launch times (duration plus overhead) over stream order and dependencies, and the area is the sum of
-//! launch time x occupancy. The device never delivers more than one device-second per second, and no task runs
-//! faster than alone, so no schedule of these tasks does better; [`simulate`] always returns a makespan at or
-//! above it.
+//! of launch times (duration plus overhead) and the area is the sum of launch time x occupancy. The device
+//! never delivers more than one device-second per second, and no task runs faster than alone, so no schedule
+//! does better. [`simulate`] reports the bound of the given streams (its critical path follows stream order
+//! and dependencies) and never returns less; [`dag_bound`] follows the dependencies alone, the bound of any
+//! assignment to streams, which is what a stream assignment is judged against.
 //!
 //! Launch overhead is modelled as DESIGN.md section 5 states it: part of each launch's time, shared like the
 //! rest (inside a CUDA graph the front end dispatches launches of independent branches concurrently). Eager
@@ -157,6 +158,8 @@ pub struct Timeline {
     pub stream_busy_us: Vec<(StreamId, f64)>,
     /// The launch overhead the simulation used.
     pub overhead_us: f64,
+    /// Makespan of the same tasks one after another on one stream: the sum of launch times.
+    pub serial_us: f64,
 }
 
 impl Timeline {
@@ -263,13 +266,21 @@ fn validate(tasks: &[Task], overhead_us: f64) -> Result<(), TimingError> {
     Ok(())
 }
 
-/// The makespan bound of `tasks` with `overhead_us` per launch, without simulating.
+/// The makespan bound of `tasks` with `overhead_us` per launch, without simulating: the critical path follows
+/// stream order and dependencies, so it bounds this assignment to streams.
 pub fn bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, TimingError> {
     validate(tasks, overhead_us)?;
-    Ok(bound_unchecked(tasks, overhead_us))
+    Ok(bound_unchecked(tasks, overhead_us, true))
 }
 
-fn bound_unchecked(tasks: &[Task], overhead_us: f64) -> MakespanBound {
+/// The makespan bound of `tasks` on any assignment to streams: the critical path follows the dependencies
+/// alone (pass the full dependency DAG, e.g. data and reuse edges, as `deps`; `stream` is ignored).
+pub fn dag_bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, TimingError> {
+    validate(tasks, overhead_us)?;
+    Ok(bound_unchecked(tasks, overhead_us, false))
+}
+
+fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> MakespanBound {
     let (streams, stream_of) = compact_streams(tasks);
     let mut last_on: Vec<Option<usize>> = vec![None; streams.len()];
     // finish[i]: longest path ending with task i; via[i]: its predecessor on that path.
@@ -281,7 +292,7 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64) -> MakespanBound {
         let time = t.duration_us + overhead_us;
         area += time * t.occupancy;
         let s = stream_of[i];
-        let mut from = last_on[s];
+        let mut from = if stream_order { last_on[s] } else { None };
         for d in &t.deps {
             let d = d.index();
             if from.is_none_or(|f| finish[d] > finish[f]) {
@@ -455,9 +466,10 @@ pub fn simulate(tasks: &[Task], overhead_us: f64) -> Result<Timeline, TimingErro
         start_us: start,
         end_us: end,
         makespan_us: makespan,
-        bound: bound_unchecked(tasks, overhead_us),
+        bound: bound_unchecked(tasks, overhead_us, true),
         stream_busy_us: streams.into_iter().zip(busy).collect(),
         overhead_us,
+        serial_us: tasks.iter().map(|t| t.duration_us + overhead_us).sum(),
     })
 }
 

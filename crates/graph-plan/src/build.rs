@@ -8,6 +8,7 @@ use graph_passes::fusion::{self, FusionOptions, FusionPlan, GroupKind};
 use graph_passes::liveness::{self, Liveness};
 use graph_passes::memory::{self, MemoryOptions, MemoryPlan, Placement};
 use graph_passes::stream::{self, StreamOptions, StreamPlan};
+use graph_passes::timing::{self, LaunchMode, SimStep, Timeline, TimingError};
 use graph_passes::topo::{self, TopoOrder};
 use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
@@ -207,7 +208,11 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         return Ok(r);
     }
     let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
-    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &opts.memory))?;
+    // With several streams, buffers keep their bytes until the branches reading them have joined, so the reuse
+    // edges do not serialise branches (`MemoryOptions::concurrent_lifetimes`).
+    let mut mopts = opts.memory.clone();
+    mopts.concurrent_lifetimes |= opts.max_streams > 1;
+    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &mopts))?;
     #[cfg(debug_assertions)]
     crate::checks::memory(&mem)?;
     r.memory = Some(mem);
@@ -216,7 +221,7 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         return Ok(r);
     }
     let mem = r.memory.as_ref().ok_or_else(|| bug("memory plan missing"))?;
-    let sopts = StreamOptions { max_streams: opts.max_streams, device: opts.device.clone() };
+    let sopts = StreamOptions::new(opts.max_streams, opts.device.clone());
     let streams = timed(Pass::Stream, &mut ms, || stream::analyse(graph, fusion, mem, &sopts));
     r.stream = Some(streams);
     r.pass_ms = ms;
@@ -341,7 +346,8 @@ pub fn linearise(
         let (s, d) = (place(src)?, place(dst)?);
         steps.push(PlanStep::Copy { stream: StreamId(0), src: s, dst: d, bytes: d.bytes.min(s.bytes), node: None });
     }
-    for (gi, g) in fusion.groups.iter().enumerate() {
+    for gid in streams.submission_order() {
+        let (gi, g) = (gid.index(), &fusion.groups[gid.index()]);
         let stream = streams.stream_of[gi];
         let mut froms = waits_into[gi].clone();
         froms.sort_unstable();
@@ -423,6 +429,13 @@ pub fn linearise(
         naive_bytes: mem.naive_bytes,
         lower_bound_bytes: mem.lower_bound_bytes,
         events_before_reduction: streams.events_before_reduction,
+        waits: streams.syncs.len(),
+        chains: streams.chains,
+        makespan_us: 0.0,
+        makespan_bound_us: 0.0,
+        critical_path_us: 0.0,
+        one_stream_us: 0.0,
+        stream_limit_bound_us: 0.0,
         reuse_edges: mem.reuse_edges.len(),
         in_place_count: mem.in_place_count,
         bytes_moved,
@@ -430,7 +443,7 @@ pub fn linearise(
         device: opts.device.name.clone(),
         pass_ms: Vec::new(),
     };
-    Ok(ExecutionPlan {
+    let mut plan = ExecutionPlan {
         steps,
         num_streams: streams.num_streams,
         pool_bytes: mem.pool_bytes(),
@@ -445,5 +458,63 @@ pub fn linearise(
         nodes,
         orders,
         stats,
-    })
+    };
+    let t = simulate_plan(&plan, &opts.device, LaunchMode::Graph).map_err(|e| bug(&format!("timing: {e}")))?;
+    // The bound of any stream assignment: the same launches with the group DAG's edges (data and reuse) as
+    // their only dependencies. Steps run copies of aliased outputs first, then one step per group.
+    let (mut tasks, _) =
+        timing::tasks_from_steps(&plan_sim_steps(&plan, &opts.device)).map_err(|e| bug(&format!("timing: {e}")))?;
+    let first = tasks.len().saturating_sub(fusion.groups.len());
+    let order = streams.submission_order();
+    let mut task_of = vec![0usize; order.len()];
+    for (i, g) in order.iter().enumerate() {
+        task_of[g.index()] = first + i;
+    }
+    let preds = graph_passes::stream::group_predecessors(graph, fusion, mem);
+    for (i, t) in tasks.iter_mut().enumerate() {
+        t.deps = match i.checked_sub(first) {
+            Some(j) => preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect(),
+            None => Vec::new(),
+        };
+    }
+    let b = timing::dag_bound(&tasks, t.overhead_us).map_err(|e| bug(&format!("timing: {e}")))?;
+    plan.stats.makespan_us = t.makespan_us;
+    plan.stats.makespan_bound_us = b.bound_us;
+    plan.stats.critical_path_us = b.critical_path_us;
+    plan.stats.one_stream_us = t.serial_us;
+    plan.stats.stream_limit_bound_us = b.bound_us.max(t.serial_us / opts.max_streams.max(1) as f64);
+    Ok(plan)
+}
+
+/// The timing evaluator on a plan's steps (DESIGN.md 5): each launch takes its kernel's modelled time and
+/// occupancy, a copy reads and writes its bytes at DRAM bandwidth on one block's worth of the device,
+/// records and waits become dependencies; `mode` sets the launch overhead.
+pub fn simulate_plan(plan: &ExecutionPlan, device: &DeviceProfile, mode: LaunchMode) -> Result<Timeline, TimingError> {
+    let (tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device))?;
+    timing::simulate_on(&tasks, device, mode)
+}
+
+fn plan_sim_steps(plan: &ExecutionPlan, device: &DeviceProfile) -> Vec<SimStep> {
+    let copy_occupancy = device.occupancy(1);
+    plan.steps
+        .iter()
+        .map(|s| match s {
+            PlanStep::Launch { stream, kernel, .. } => {
+                let e = plan.kernel(*kernel).map(|k| k.estimate).unwrap_or_default();
+                SimStep::Work {
+                    stream: *stream,
+                    duration_us: e.time_us,
+                    occupancy: e.occupancy.clamp(copy_occupancy, 1.0),
+                }
+            }
+            // As exec-sim's timing model: a copy reads and writes its bytes at DRAM bandwidth.
+            PlanStep::Copy { stream, bytes, .. } => SimStep::Work {
+                stream: *stream,
+                duration_us: 2.0 * *bytes as f64 / device.mem_bandwidth.max(1.0) * 1e6,
+                occupancy: copy_occupancy,
+            },
+            PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
+            PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
+        })
+        .collect()
 }

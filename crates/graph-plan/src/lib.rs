@@ -15,7 +15,9 @@ pub mod ids;
 pub mod plan;
 pub mod verify;
 
-pub use build::{linearise, run_pipeline, OrderStrategy, Pass, PipelineResult, PlanOptions, MAX_STREAMS};
+pub use build::{
+    linearise, run_pipeline, simulate_plan, OrderStrategy, Pass, PipelineResult, PlanOptions, MAX_STREAMS,
+};
 pub use exec::{ExecError, Executor, HostTensor, PreparedPlan, TensorMap, Unavailable};
 pub use ids::{EventId, GroupId, KernelId, StepId, StreamId, ValueId};
 pub use plan::{

@@ -250,6 +250,29 @@ pub struct PlanStats {
     pub lower_bound_bytes: u64,
     /// Cross-stream dependency edges before event reduction.
     pub events_before_reduction: usize,
+    /// Waits after event reduction (one per kept cross-stream edge; one Record serves several waits).
+    #[serde(default)]
+    pub waits: usize,
+    /// Chains of the minimum chain decomposition (streams an unlimited plan would use).
+    #[serde(default)]
+    pub chains: usize,
+    /// Modelled makespan of one graph replay (the timing evaluator on the plan's steps, graph-replay overhead).
+    #[serde(default)]
+    pub makespan_us: f64,
+    /// Lower bound on the makespan of any stream assignment: max(critical path of the group DAG, sum of launch
+    /// time x occupancy) (DESIGN.md 5).
+    #[serde(default)]
+    pub makespan_bound_us: f64,
+    /// Longest path of launch times over the group DAG (data and reuse edges): the bound's first term.
+    #[serde(default)]
+    pub critical_path_us: f64,
+    /// Modelled makespan of the same launches on one stream (the sum of launch times).
+    #[serde(default)]
+    pub one_stream_us: f64,
+    /// The bound with the stream limit: max(`makespan_bound_us`, `one_stream_us` / max streams), since each
+    /// stream runs one launch at a time and no launch runs faster than alone.
+    #[serde(default)]
+    pub stream_limit_bound_us: f64,
     /// Reuse edges the memory plan requires.
     pub reuse_edges: usize,
     /// Tensors written in place over a dying input.

@@ -96,11 +96,27 @@ pub struct MemoryOptions {
     pub pack_effort: u64,
     /// Seed for the packer.
     pub seed: u64,
+    /// Plan for concurrent streams: each buffer's bytes stay reserved through the join of its readers (their
+    /// nearest common post-dominator in the group DAG; to the end when they never meet), so a later tenant of the same
+    /// bytes is written after the branches that read the old one have met, and the reuse edges do not chain
+    /// branches the stream pass could otherwise run side by side. Costs pool bytes (reported against
+    /// `lower_bound_bytes`, which stays the bound for plain group-order lifetimes). The pipeline turns it on
+    /// with more than one stream.
+    #[serde(default)]
+    pub concurrent_lifetimes: bool,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        MemoryOptions { reuse: true, in_place: true, alignment: 256, max_pool_bytes: 1 << 48, pack_effort: 0, seed: 0 }
+        MemoryOptions {
+            reuse: true,
+            in_place: true,
+            alignment: 256,
+            max_pool_bytes: 1 << 48,
+            pack_effort: 0,
+            seed: 0,
+            concurrent_lifetimes: false,
+        }
     }
 }
 
@@ -265,6 +281,35 @@ pub fn analyse(
         .collect();
     let naive_bytes = buffers.iter().map(|b| align_up(b.size, a)).fold(0u64, u64::saturating_add);
     let lower_bound_bytes = pack::lower_bound(&buffers, a);
+    let buffers = if opts.concurrent_lifetimes && opts.reuse {
+        let (ipdom, merge, next_cut) = post_dominators(graph, fusion);
+        let readers = readers_of(graph, fusion, &live);
+        let sink = ipdom.len() as u32;
+        buffers
+            .into_iter()
+            .zip(&pool_roots)
+            .map(|(b, &r)| {
+                // Where the readers' branches have met: the nearest common post-dominator of the first merges
+                // (groups with several predecessors) strictly post-dominating each reader, or earlier the first
+                // merge at or after the last reader that no data edge spans.
+                let pd = readers.get(r).map_or(sink, |rs| {
+                    rs.iter()
+                        .fold(None, |acc: Option<u32>, g| {
+                            let d = ipdom.get(g.index()).and_then(|&p| merge.get(p as usize)).copied().unwrap_or(sink);
+                            Some(acc.map_or(d, |x| intersect(&ipdom, x, d)))
+                        })
+                        .unwrap_or(sink)
+                });
+                let last = b.upper.saturating_sub(1) as usize;
+                let cut = next_cut.get(last).copied().unwrap_or(sink);
+                // Reserved through the join (to the end when the readers never meet).
+                let upper = b.upper.max(u64::from(pd.min(cut)) + 1);
+                pack::Buffer { upper, ..b }
+            })
+            .collect()
+    } else {
+        buffers
+    };
     let offsets: Vec<u64> = if opts.reuse {
         let popts = pack::PackOptions {
             alignment: a,
@@ -329,14 +374,88 @@ pub fn analyse(
     })
 }
 
-/// For each pool buffer, the buffers whose bytes it takes last, turned into reader -> writer group edges.
-fn reuse_edges(
+/// Immediate post-dominator of every group in the group DAG (data edges), with a virtual sink `n` after every
+/// group: `ipdom[g] > g`, and every path from `g` to the end passes through `ipdom[g]`. Reverse group order with
+/// the Cooper-Harvey-Kennedy intersection (group index is a topological numbering). Also, for each group g, the
+/// first post-dominator of g (g included) with several predecessors (a merge of branches), and the first merge
+/// j >= g that no data edge spans; `n` when none. O(N + E) plus the intersections' walks up the tree.
+fn post_dominators(graph: &ComputeGraph, fusion: &FusionPlan) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let n = fusion.groups.len();
+    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (node, _) in graph.nodes() {
+        let Some(&to) = fusion.group_of.get(node) else { continue };
+        for &t in &graph.node(node).inputs {
+            if let Some(from) = writer_group(graph, fusion, t) {
+                if from.index() < to.index() {
+                    if let Some(l) = succ.get_mut(from.index()) {
+                        l.push(to.0);
+                    }
+                }
+            }
+        }
+    }
+    let sink = n as u32;
+    let mut ipdom = vec![sink; n];
+    for g in (0..n).rev() {
+        let mut it = succ[g].iter().copied();
+        let Some(first) = it.next() else { continue };
+        let mut x = first;
+        for s in it {
+            x = intersect(&ipdom, x, s);
+        }
+        ipdom[g] = x;
+    }
+    let mut preds = vec![0u32; n];
+    for l in &mut succ {
+        l.sort_unstable();
+        l.dedup();
+        for &v in l.iter() {
+            if let Some(c) = preds.get_mut(v as usize) {
+                *c += 1;
+            }
+        }
+    }
+    let mut merge = vec![sink; n];
+    for g in (0..n).rev() {
+        merge[g] = if preds[g] >= 2 { g as u32 } else { merge.get(ipdom[g] as usize).copied().unwrap_or(sink) };
+    }
+    // A cut: a merge that no data edge spans (no edge u -> v with u < j < v).
+    let mut next_cut = vec![sink; n];
+    let mut reach = vec![0u32; n];
+    let mut far = 0u32;
+    for (j, r) in reach.iter_mut().enumerate() {
+        *r = far;
+        far = far.max(succ[j].iter().copied().max().unwrap_or(j as u32));
+    }
+    let mut after = sink;
+    for j in (0..n).rev() {
+        if reach[j] <= j as u32 && preds[j] >= 2 {
+            after = j as u32;
+        }
+        next_cut[j] = after;
+    }
+    (ipdom, merge, next_cut)
+}
+
+/// Nearest common post-dominator of `a` and `b` (either may be the virtual sink `ipdom.len()`).
+fn intersect(ipdom: &[u32], mut a: u32, mut b: u32) -> u32 {
+    let sink = ipdom.len() as u32;
+    while a != b {
+        if a < b {
+            a = ipdom.get(a as usize).copied().unwrap_or(sink);
+        } else {
+            b = ipdom.get(b as usize).copied().unwrap_or(sink);
+        }
+    }
+    a
+}
+
+/// Readers of each alias group, at group granularity.
+fn readers_of(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
     live: &liveness::Liveness,
-    buffers: &[PoolBuffer],
-) -> Vec<ReuseEdge> {
-    // Readers of each alias group, at group granularity.
+) -> SecondaryMap<TensorId, Vec<GroupId>> {
     let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
     for (t, _) in graph.tensors() {
         let r = live.root[t];
@@ -355,6 +474,17 @@ fn reuse_edges(
             }
         }
     }
+    readers
+}
+
+/// For each pool buffer, the buffers whose bytes it takes last, turned into reader -> writer group edges.
+fn reuse_edges(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    live: &liveness::Liveness,
+    buffers: &[PoolBuffer],
+) -> Vec<ReuseEdge> {
+    let readers = readers_of(graph, fusion, live);
     let mut by_start: Vec<usize> = (0..buffers.len()).collect();
     by_start.sort_by_key(|&i| (buffers[i].live.start, i));
     // Address map: start offset -> (end offset, buffer index) of the most recent occupant.
@@ -436,5 +566,31 @@ mod tests {
         let naive = analyse(&g, &order, &f, &MemoryOptions { reuse: false, ..Default::default() }).unwrap();
         assert_eq!(naive.pool_bytes(), 3 * 1024);
         assert!(naive.reuse_edges.is_empty());
+    }
+
+    #[test]
+    fn concurrent_lifetimes_keep_branches_unordered() {
+        // x -> a -> b and x -> c -> d, joined by e = b + d (output); fusion off, group order a b c d e.
+        let mut g = ComputeGraph::new("d");
+        let x = g.add_input("x", DType::F32, [256]).unwrap();
+        let a = g.add_node("a", Op::Relu, &[x]).unwrap()[0];
+        let b = g.add_node("b", Op::Neg, &[a]).unwrap()[0];
+        let c = g.add_node("c", Op::Abs, &[x]).unwrap()[0];
+        let d = g.add_node("d", Op::Exp, &[c]).unwrap()[0];
+        let e = g.add_node("e", Op::Add, &[b, d]).unwrap()[0];
+        g.mark_output(e).unwrap();
+        let order = topo::analyse(&g).unwrap();
+        let f = fusion::analyse(&g, &order, &fusion::FusionOptions { enabled: false, ..Default::default() });
+        // Group order: c takes a's dead bytes, which orders the right branch after the left one's reader b.
+        let plain = analyse(&g, &order, &f, &MemoryOptions::default()).unwrap();
+        assert_eq!(plain.pool_bytes(), 3 * 1024);
+        assert_eq!(plain.placement[a].offset, plain.placement[c].offset);
+        assert_eq!(plain.reuse_edges, vec![ReuseEdge { from: GroupId(1), to: GroupId(2) }]);
+        // Concurrent lifetimes: a's bytes stay reserved until the branches meet at e, so nothing orders them.
+        let opts = MemoryOptions { concurrent_lifetimes: true, ..Default::default() };
+        let conc = analyse(&g, &order, &f, &opts).unwrap();
+        assert_eq!(conc.pool_bytes(), 4 * 1024);
+        assert!(conc.reuse_edges.is_empty());
+        assert_eq!(conc.lower_bound_bytes, plain.lower_bound_bytes);
     }
 }

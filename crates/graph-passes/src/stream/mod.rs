@@ -1,0 +1,507 @@
+//! The stream pass: assigns fused groups to at most `max_streams` streams and chooses the fewest cross-stream
+//! synchronisations (Nimble's assignment, on a cost model).
+//!
+//! Pipeline, over the group DAG (data edges through views plus the memory pass's reuse edges, which are honoured
+//! exactly like data edges, so no bytes are reused across unordered launches):
+//! 1. `reduce`: transitive reduction with window-bounded reachability bit sets (exact for edges spanning at
+//!    most `window` groups, conservative beyond). O((N + E) W / 64) time, O(W^2 / 8 + N + E) memory.
+//! 2. `chains`: a maximum matching on the reduction's bipartite graph (greedy along critical edges, then
+//!    Hopcroft-Karp) gives the minimum number of chains that cover the reduction: groups of one chain are
+//!    ordered, unordered groups never share a chain (maximum logical concurrency), and the cross-chain edges are
+//!    as few as possible. O(E log E + E sqrt N).
+//! 3. With more chains than streams, candidate assignments, the one with the shortest modelled makespan kept
+//!    (ties: fewer waits, then the earlier candidate):
+//!    - `merge` puts whole chains onto streams, critical path first, each where it overlaps the least
+//!      modelled busy time (then the least load); O(N k log N); on small graphs then refined by local search
+//!      (each chain, critical first, moved to the stream that shortens the simulated makespan most);
+//!    - `schedule::in_order` walks groups in group order, each onto the stream where it starts earliest
+//!      (ties: fewest new waits, its chain predecessor's stream); O(N k + E);
+//!    - `schedule::list_schedule` list-schedules groups by longest path to the end under the timing model, on
+//!      the idle stream needing the fewest new waits; O((N + E) log N + N k). Once starting a group only when
+//!      it fits beside the running ones (occupancies sum to at most 1), and, when that rule ever held a group
+//!      back, once greedily. Its start order becomes the submission order only with `StreamOptions::reorder`.
+//!
+//!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
+//!    streams (none is monotone in the stream count); larger ones only the schedules with k. With no more
+//!    chains than streams, Nimble's stream per chain is kept as is.
+//! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
+//!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
+//!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
+//!
+//! Submission order is the fusion plan's group order (the order the memory plan was made for), or with
+//! `reorder` the list schedule's start order (`StreamPlan::order`); either is a topological order of data and
+//! reuse edges, so every wait follows its record.
+
+mod chains;
+mod csr;
+mod merge;
+mod reduce;
+mod schedule;
+mod sync;
+
+pub use csr::Csr;
+
+use graph_ir::ComputeGraph;
+use serde::{Deserialize, Serialize};
+
+use crate::device::{estimate_group, DeviceProfile};
+use crate::fusion::FusionPlan;
+use crate::ids::{GroupId, StreamId};
+use crate::memory::{writer_group, MemoryPlan};
+use crate::timing::{self, LaunchMode, Task, TaskId};
+
+/// Default reachability window of the transitive reduction (groups).
+pub const DEFAULT_WINDOW: usize = 4096;
+
+/// The chain merge is tried only while there are at most this many chains per stream: beyond, the chains'
+/// unlimited-stream intervals overlap so much that the schedules always win, and the merge's
+/// O(N k log N) would dominate the pass on million-group graphs.
+pub const MERGE_CHAINS_PER_STREAM: usize = 16;
+
+/// Options of the stream pass.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    /// Most streams to use (>= 1).
+    pub max_streams: usize,
+    /// The device the cost model describes.
+    pub device: DeviceProfile,
+    /// Launch overhead the cost model adds to each group.
+    #[serde(default)]
+    pub launch_mode: LaunchMode,
+    /// Reachability window of the transitive reduction, in groups (exact when it covers the graph).
+    #[serde(default = "default_window")]
+    pub window: usize,
+    /// Let the pass submit groups in an order of its own (a list schedule's start order) instead of the fusion
+    /// plan's group order. Off by default: the memory plan's lifetimes and `lower_bound_bytes` are stated for
+    /// group order, and with reordering they no longer describe the plan's launch order (memory stays safe:
+    /// reuse edges are honoured in any order).
+    #[serde(default)]
+    pub reorder: bool,
+}
+
+fn default_window() -> usize {
+    DEFAULT_WINDOW
+}
+
+impl StreamOptions {
+    /// `max_streams` streams on `device`, graph-replay overhead, the default window.
+    pub fn new(max_streams: usize, device: DeviceProfile) -> Self {
+        StreamOptions { max_streams, device, launch_mode: LaunchMode::Graph, window: DEFAULT_WINDOW, reorder: false }
+    }
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions::new(1, DeviceProfile::default())
+    }
+}
+
+/// A cross-stream synchronisation: `to` waits for the event recorded after `from`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SyncEdge {
+    /// Group after which the event is recorded.
+    pub from: GroupId,
+    /// Group before which the stream waits.
+    pub to: GroupId,
+}
+
+/// The result of the stream pass.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct StreamPlan {
+    /// Streams used (>= 1).
+    pub num_streams: usize,
+    /// Stream of each group, indexed by `GroupId`.
+    pub stream_of: Vec<StreamId>,
+    /// Synchronisations kept after reduction (one Wait each), sorted.
+    pub syncs: Vec<SyncEdge>,
+    /// Cross-stream dependency edges before reduction (data and reuse edges between groups on different
+    /// streams).
+    pub events_before_reduction: usize,
+    /// Distinct events after reduction: groups another stream waits on (one Record each).
+    #[serde(default)]
+    pub events: usize,
+    /// Chains of the minimum chain decomposition (the streams Nimble would use without a limit).
+    #[serde(default)]
+    pub chains: usize,
+    /// Edges of the group DAG (data and reuse, deduplicated).
+    #[serde(default)]
+    pub dag_edges: usize,
+    /// Edges left by the transitive reduction.
+    #[serde(default)]
+    pub reduced_edges: usize,
+    /// True when the reduction's window covered the whole graph (the reduction is exact).
+    #[serde(default)]
+    pub exact_reduction: bool,
+    /// Submission order of the groups, when it differs from group order (empty: group order). Always a
+    /// topological order of data and reuse edges.
+    #[serde(default)]
+    pub order: Vec<GroupId>,
+}
+
+impl StreamPlan {
+    /// Groups in submission order.
+    pub fn submission_order(&self) -> Vec<GroupId> {
+        if self.order.is_empty() {
+            (0..self.stream_of.len()).map(GroupId::from_index).collect()
+        } else {
+            self.order.clone()
+        }
+    }
+
+    /// The timing evaluator's tasks in submission order (task `i` is the `i`-th group of
+    /// [`submission_order`](Self::submission_order)), each depending on the sources of its waits. `time_us`
+    /// (with overhead) and `occupancy` are per group.
+    pub fn ordered_tasks(&self, time_us: &[f64], occupancy: &[f64]) -> Vec<Task> {
+        let order = self.submission_order();
+        let mut pos = vec![0u32; self.stream_of.len()];
+        for (i, g) in order.iter().enumerate() {
+            pos[g.index()] = i as u32;
+        }
+        let mut deps: Vec<Vec<TaskId>> = vec![Vec::new(); order.len()];
+        for s in &self.syncs {
+            deps[pos[s.to.index()] as usize].push(TaskId(pos[s.from.index()]));
+        }
+        order
+            .iter()
+            .zip(deps)
+            .map(|(g, deps)| Task {
+                stream: self.stream_of[g.index()],
+                duration_us: time_us.get(g.index()).copied().unwrap_or(0.0),
+                occupancy: occupancy.get(g.index()).copied().unwrap_or(1.0),
+                deps,
+            })
+            .collect()
+    }
+}
+
+/// Predecessors of every group: data edges (looking through views) and reuse edges, deduplicated.
+pub fn group_predecessors(graph: &ComputeGraph, fusion: &FusionPlan, memory: &MemoryPlan) -> Vec<Vec<GroupId>> {
+    let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); fusion.groups.len()];
+    for (gi, g) in fusion.groups.iter().enumerate() {
+        for &t in &g.inputs {
+            if let Some(p) = writer_group(graph, fusion, t) {
+                if p.index() != gi {
+                    preds[gi].push(p);
+                }
+            }
+        }
+    }
+    for e in &memory.reuse_edges {
+        if e.from != e.to {
+            preds[e.to.index()].push(e.from);
+        }
+    }
+    for p in &mut preds {
+        p.sort_unstable();
+        p.dedup();
+    }
+    preds
+}
+
+/// Modelled time (with the launch overhead of `opts.launch_mode`) and occupancy of every group.
+pub fn group_costs(graph: &ComputeGraph, fusion: &FusionPlan, opts: &StreamOptions) -> (Vec<f64>, Vec<f64>) {
+    let overhead = opts.launch_mode.overhead_us(&opts.device);
+    fusion
+        .groups
+        .iter()
+        .map(|g| {
+            let e = estimate_group(graph, g, &opts.device).1;
+            (e.time_us + overhead, e.occupancy)
+        })
+        .unzip()
+}
+
+/// Run the stream pass.
+pub fn analyse(graph: &ComputeGraph, fusion: &FusionPlan, memory: &MemoryPlan, opts: &StreamOptions) -> StreamPlan {
+    let _span = tracing::debug_span!("stream").entered();
+    let preds = group_predecessors(graph, fusion, memory);
+    let (time, occupancy) = group_costs(graph, fusion, opts);
+    assign(&preds, &time, &occupancy, opts)
+}
+
+/// The stream pass over a plain DAG: `preds[g]` lists the groups `g` depends on (all earlier than `g`; any
+/// other entry is a planner bug and is ignored with an error event); `time_us[g]` is its modelled launch time
+/// with overhead and `occupancy[g]` its device fraction.
+pub fn assign(preds: &[Vec<GroupId>], time_us: &[f64], occupancy: &[f64], opts: &StreamOptions) -> StreamPlan {
+    let rows: Vec<Vec<u32>> = preds
+        .iter()
+        .enumerate()
+        .map(|(g, ps)| {
+            let mut r: Vec<u32> = ps
+                .iter()
+                .filter(|p| {
+                    let ok = p.index() < g;
+                    if !ok {
+                        tracing::error!(group = g, pred = p.index(), "stream pass: predecessor not earlier (bug)");
+                    }
+                    ok
+                })
+                .map(|p| p.0)
+                .collect();
+            r.sort_unstable();
+            r.dedup();
+            r
+        })
+        .collect();
+    let full = Csr::from_rows(&rows);
+    drop(rows);
+    assign_csr(&full, time_us, occupancy, opts)
+}
+
+/// One candidate assignment: stream per group and submission order.
+struct Candidate {
+    stream_of: Vec<u32>,
+    order: Option<Vec<u32>>,
+}
+
+/// [`assign`] over compressed rows (row `g`: distinct predecessors of `g`, all `< g`).
+pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOptions) -> StreamPlan {
+    let n = full.len();
+    if n == 0 {
+        return StreamPlan { num_streams: 1, exact_reduction: true, ..Default::default() };
+    }
+    let clean = |v: Option<&f64>, default: f64| v.copied().filter(|t| t.is_finite() && *t >= 0.0).unwrap_or(default);
+    let time: Vec<f64> = (0..n).map(|g| clean(time_us.get(g), 0.0)).collect();
+    let occ: Vec<f64> = (0..n).map(|g| clean(occupancy.get(g), 1.0).clamp(1e-9, 1.0)).collect();
+    let window = opts.window.max(1);
+    let reduced = {
+        let _s = tracing::debug_span!("transitive_reduction").entered();
+        reduce::transitive_reduction(full, window)
+    };
+    // Earliest start with unlimited streams, and longest path from each group's start to the end.
+    let mut top = vec![0f64; n];
+    for g in 0..n {
+        top[g] = reduced.row(g).iter().map(|&p| top[p as usize] + time[p as usize]).fold(0f64, f64::max);
+    }
+    let mut bottom = time.clone();
+    for g in (0..n).rev() {
+        let b = bottom[g];
+        for &p in reduced.row(g) {
+            let p = p as usize;
+            bottom[p] = bottom[p].max(time[p] + b);
+        }
+    }
+    let chains = {
+        let _s = tracing::debug_span!("chains").entered();
+        chains::decompose(&reduced, |u, v| top[u as usize] + time[u as usize] + bottom[v as usize])
+    };
+    let k = opts.max_streams.max(1);
+    let by_chain =
+        |chain_stream: &[u32]| -> Vec<u32> { (0..n).map(|g| chain_stream[chains.chain_of[g] as usize]).collect() };
+    let mut prev = vec![u32::MAX; n];
+    for (u, &v) in chains.next.iter().enumerate() {
+        if v != u32::MAX {
+            prev[v as usize] = u as u32;
+        }
+    }
+    let mut candidates: Vec<Candidate> = Vec::new();
+    if k == 1 {
+        candidates.push(Candidate { stream_of: vec![0; n], order: None });
+    } else if chains.chains.len() <= k {
+        // Nimble: a stream per chain; every group can start as soon as its predecessors end.
+        let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
+        // With enough streams, Nimble's guarantees hold: unordered groups never share a stream (maximum logical
+        // concurrency) and the cross-stream edges are the fewest any chain cover leaves.
+        candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
+    } else {
+        // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
+        // is monotone in the stream count (more concurrent launches can slow the critical path when they
+        // share the device). Large graphs try the schedules with k streams only.
+        let small = chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k;
+        let mut kk = k;
+        while kk >= 2 {
+            if small {
+                let _s = tracing::debug_span!("merge").entered();
+                let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
+                if chains.chains.len().saturating_mul(kk).saturating_mul(n) <= REFINE_BUDGET {
+                    refine(&mut merged, &chains.chains, &chains.chain_of, &reduced, &time, &occ, &top, &bottom, kk);
+                }
+                candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
+            }
+            let _s = tracing::debug_span!("schedule").entered();
+            candidates.push(Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None });
+            // A list schedule's start order is a submission order of its own; kept only when reordering is
+            // allowed, otherwise its stream choice runs in group order.
+            let keep = |order: Vec<u32>| if opts.reorder { Some(order) } else { None };
+            let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, Some(&occ));
+            let blocked = aware.blocked;
+            candidates.push(Candidate { stream_of: aware.stream_of, order: keep(aware.order) });
+            if blocked {
+                let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
+                candidates.push(Candidate { stream_of: greedy.stream_of, order: keep(greedy.order) });
+            }
+            if !small {
+                break;
+            }
+            kk /= 2;
+        }
+    }
+    // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
+    if candidates.len() == 1 {
+        if let Some(c) = candidates.pop() {
+            return finish(full, &reduced, &c, window, chains.chains.len());
+        }
+    }
+    let mut best: Option<(f64, usize, StreamPlan)> = None;
+    for c in candidates {
+        let plan = finish(full, &reduced, &c, window, chains.chains.len());
+        let tasks = plan.ordered_tasks(&time, &occ);
+        let makespan = timing::simulate(&tasks, 0.0).map(|t| t.makespan_us).unwrap_or(f64::INFINITY);
+        let waits = plan.syncs.len();
+        let better = match &best {
+            None => true,
+            Some((m, w, _)) => makespan < m * (1.0 - 1e-9) || (makespan <= m * (1.0 + 1e-9) && waits < *w),
+        };
+        if better {
+            best = Some((makespan, waits, plan));
+        }
+    }
+    best.map(|b| b.2).unwrap_or_default()
+}
+
+/// Most `chains x streams x groups` for which the chain merge is refined by simulation (each move costs one
+/// simulation of every group).
+const REFINE_BUDGET: usize = 1 << 22;
+
+/// Modelled makespan of `stream_of` in group order, every cross-stream edge of `reduced` a dependency (the
+/// schedule the minimal waits give, without computing them).
+fn makespan_in_group_order(reduced: &Csr, stream_of: &[u32], time: &[f64], occ: &[f64]) -> f64 {
+    let tasks: Vec<Task> = (0..reduced.len())
+        .map(|g| Task {
+            stream: StreamId(stream_of[g]),
+            duration_us: time[g],
+            occupancy: occ[g],
+            deps: reduced
+                .row(g)
+                .iter()
+                .filter(|&&p| stream_of[p as usize] != stream_of[g])
+                .map(|&p| TaskId(p))
+                .collect(),
+        })
+        .collect();
+    timing::simulate(&tasks, 0.0).map(|t| t.makespan_us).unwrap_or(f64::INFINITY)
+}
+
+/// Improve a chain merge by local search under the timing model: chains in priority order (critical first),
+/// each moved to the stream that shortens the simulated makespan most, until a round changes nothing (at most
+/// four rounds). Deterministic; never worse than the merge it starts from.
+#[allow(clippy::too_many_arguments)] // the pass's per-group tables, passed explicitly
+fn refine(
+    chain_stream: &mut [u32],
+    chains: &[Vec<u32>],
+    chain_of: &[u32],
+    reduced: &Csr,
+    time: &[f64],
+    occ: &[f64],
+    top: &[f64],
+    bottom: &[f64],
+    k: usize,
+) {
+    let groups = |cs: &[u32]| -> Vec<u32> { chain_of.iter().map(|&c| cs[c as usize]).collect() };
+    let mut best = makespan_in_group_order(reduced, &groups(chain_stream), time, occ);
+    let prio: Vec<f64> =
+        chains.iter().map(|c| c.iter().map(|&g| top[g as usize] + bottom[g as usize]).fold(0f64, f64::max)).collect();
+    let mut order: Vec<usize> = (0..chains.len()).collect();
+    order.sort_by(|&a, &b| prio[b].total_cmp(&prio[a]).then(a.cmp(&b)));
+    for _ in 0..4 {
+        let mut improved = false;
+        for &c in &order {
+            let keep = chain_stream[c];
+            let mut choice = keep;
+            for s in 0..k as u32 {
+                if s == keep {
+                    continue;
+                }
+                chain_stream[c] = s;
+                let m = makespan_in_group_order(reduced, &groups(chain_stream), time, occ);
+                if m < best * (1.0 - 1e-9) {
+                    best = m;
+                    choice = s;
+                }
+            }
+            chain_stream[c] = choice;
+            improved |= choice != keep;
+        }
+        if !improved {
+            break;
+        }
+    }
+}
+
+/// Number the streams by first use in submission order, reduce the synchronisations, fill in the counts.
+fn finish(full: &Csr, reduced: &Csr, c: &Candidate, window: usize, num_chains: usize) -> StreamPlan {
+    let n = full.len();
+    let order: Vec<u32> = c.order.clone().unwrap_or_else(|| (0..n as u32).collect());
+    let mut renumber: Vec<u32> = vec![u32::MAX; c.stream_of.iter().map(|&s| s as usize + 1).max().unwrap_or(1)];
+    let mut used = 0u32;
+    for &g in &order {
+        let s = c.stream_of[g as usize] as usize;
+        if renumber[s] == u32::MAX {
+            renumber[s] = used;
+            used += 1;
+        }
+    }
+    let stream_of: Vec<u32> = c.stream_of.iter().map(|&s| renumber[s as usize]).collect();
+    let num_streams = used.max(1) as usize;
+    let waits = {
+        let _s = tracing::debug_span!("sync").entered();
+        sync::reduce(reduced, &stream_of, &order, num_streams)
+    };
+    let before =
+        (0..n).map(|g| full.row(g).iter().filter(|&&p| stream_of[p as usize] != stream_of[g]).count()).sum::<usize>();
+    let mut sources: Vec<u32> = waits.iter().map(|w| w.0).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    StreamPlan {
+        num_streams,
+        stream_of: stream_of.into_iter().map(StreamId).collect(),
+        syncs: waits.iter().map(|&(f, t)| SyncEdge { from: GroupId(f), to: GroupId(t) }).collect(),
+        events_before_reduction: before,
+        events: sources.len(),
+        chains: num_chains,
+        dag_edges: full.num_items(),
+        reduced_edges: reduced.num_items(),
+        exact_reduction: window >= n,
+        order: match &c.order {
+            Some(o) => o.iter().map(|&g| GroupId(g)).collect(),
+            None => Vec::new(),
+        },
+    }
+}
+
+/// Keep only the cross-stream edges that stream order plus earlier synchronisations do not imply. Returns the
+/// kept edges (sorted) and the number of cross-stream edges before reduction.
+pub fn reduce_syncs(preds: &[Vec<GroupId>], stream_of: &[StreamId], num_streams: usize) -> (Vec<SyncEdge>, usize) {
+    let rows: Vec<Vec<u32>> = preds
+        .iter()
+        .enumerate()
+        .map(|(g, ps)| {
+            let mut r: Vec<u32> = ps.iter().filter(|p| p.index() < g).map(|p| p.0).collect();
+            r.sort_unstable();
+            r.dedup();
+            r
+        })
+        .collect();
+    let so: Vec<u32> = stream_of.iter().map(|s| s.0).collect();
+    let k = num_streams.max(so.iter().map(|&s| s as usize + 1).max().unwrap_or(1));
+    let csr = Csr::from_rows(&rows);
+    let order: Vec<u32> = (0..csr.len() as u32).collect();
+    let before = (0..csr.len()).map(|g| csr.row(g).iter().filter(|&&p| so[p as usize] != so[g]).count()).sum::<usize>();
+    let waits = sync::reduce(&csr, &so, &order, k);
+    (waits.into_iter().map(|(f, t)| SyncEdge { from: GroupId(f), to: GroupId(t) }).collect(), before)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redundant_waits_are_dropped() {
+        // s0: g0 -> g2 ; s1: g1 -> g3; g3 depends on g0 and g2; waiting on g2 implies g0.
+        let preds = vec![vec![], vec![], vec![GroupId(0)], vec![GroupId(0), GroupId(1), GroupId(2)]];
+        let stream_of = vec![StreamId(0), StreamId(1), StreamId(0), StreamId(1)];
+        let (syncs, before) = reduce_syncs(&preds, &stream_of, 2);
+        assert_eq!(before, 2);
+        assert_eq!(syncs, vec![SyncEdge { from: GroupId(2), to: GroupId(3) }]);
+    }
+}
