@@ -1,1 +1,0 @@
-//! Packing core: offsets for plain buffers with lifetimes (placeholder).
