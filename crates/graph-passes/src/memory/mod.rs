@@ -268,7 +268,7 @@ pub fn analyse(
     let offsets: Vec<u64> = if opts.reuse {
         let popts = pack::PackOptions {
             alignment: a,
-            budget: pack::Budget { effort: opts.pack_effort, time: None },
+            budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
             seed: opts.seed,
         };
         pack::pack(&buffers, &popts)
