@@ -1,8 +1,9 @@
 //! Criterion benchmarks of the buffer packer: the MiniMalloc instances (default budget, and greedy only) and a
 //! synthetic million-buffer transformer stack.
 //!
-//! The MiniMalloc CSVs are read from `shared/bench/minimalloc` next to the workspace; when that folder is absent
-//! those benchmarks are skipped with a message.
+//! The MiniMalloc CSVs are read from `shared/bench/minimalloc` next to the workspace (`CARGO_MANIFEST_DIR/../../
+//! shared/bench/minimalloc`, or the nearest ancestor that has it); when absent, those benchmarks are skipped with
+//! a message.
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -52,8 +53,15 @@ pub fn transformer_stack(buffers: usize, seed: u64) -> Vec<Buffer> {
     out
 }
 
+/// `shared/bench/minimalloc` beside the workspace: `CARGO_MANIFEST_DIR/../../shared/...` for a checkout at
+/// `/work/main`, or the first ancestor holding it (a worktree deeper down).
 fn minimalloc_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/bench/minimalloc")
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .map(|a| a.join("shared/bench/minimalloc"))
+        .find(|d| d.is_dir())
+        .unwrap_or_else(|| manifest.join("../../shared/bench/minimalloc"))
 }
 
 fn minimalloc(c: &mut Criterion) {

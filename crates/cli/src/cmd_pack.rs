@@ -33,13 +33,18 @@ pub struct PackArgs {
 
 /// Runs `cuplan pack`.
 pub fn run(args: &PackArgs) -> anyhow::Result<()> {
-    let text = if args.file.as_os_str() == "-" {
+    let stdin = args.file.as_os_str() == "-";
+    let name = if stdin {
+        "standard input".to_string()
+    } else {
+        args.file.display().to_string()
+    };
+    let text = if stdin {
         std::io::read_to_string(std::io::stdin()).context("reading standard input")?
     } else {
-        std::fs::read_to_string(&args.file)
-            .with_context(|| format!("reading {}", args.file.display()))?
+        std::fs::read_to_string(&args.file).with_context(|| format!("reading {name}"))?
     };
-    let rows = csv::parse(&text).with_context(|| format!("in {}", args.file.display()))?;
+    let rows = csv::parse(&text).with_context(|| format!("in {name}"))?;
     let buffers: Vec<pack::Buffer> = rows.iter().map(|r| r.buffer).collect();
 
     let mut budget = Budget::default();

@@ -75,6 +75,9 @@ pub(crate) struct Problem {
     lower_bound: u64,
 }
 
+/// Components with more overlapping pairs than this are not searched.
+pub(crate) const MAX_OVERLAPS: usize = 4 << 20;
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -83,8 +86,9 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 impl Problem {
-    /// Extracts component `c` of `inst`. O(m^2) for the overlap lists.
-    pub fn new(inst: &Instance, c: usize) -> Self {
+    /// Extracts component `c` of `inst`: O(m log m + overlapping pairs). `None` when it has more than
+    /// [`MAX_OVERLAPS`] overlapping pairs (the overlap lists would not be worth their memory).
+    pub fn new(inst: &Instance, c: usize) -> Option<Self> {
         let comp = &inst.components[c];
         let base = comp.sections.0;
         let m = comp.members.len();
@@ -96,6 +100,16 @@ impl Problem {
         // Overlap lists by a sweep over buffers sorted by start.
         let mut by_start: Vec<u32> = (0..m as u32).collect();
         by_start.sort_unstable_by_key(|&i| (start[i as usize], i));
+        let mut pairs = 0usize;
+        for (k, &a) in by_start.iter().enumerate() {
+            pairs += by_start[k + 1..]
+                .iter()
+                .take_while(|&&b| start[b as usize] < end[a as usize])
+                .count();
+            if pairs > MAX_OVERLAPS {
+                return None;
+            }
+        }
         let mut adj = vec![Vec::new(); m];
         for (k, &a) in by_start.iter().enumerate() {
             for &b in &by_start[k + 1..] {
@@ -121,7 +135,7 @@ impl Problem {
             }
         }
         let grain = size.iter().copied().fold(0, gcd).max(1);
-        Problem {
+        Some(Problem {
             size,
             start,
             end,
@@ -132,7 +146,7 @@ impl Problem {
             length,
             grain,
             lower_bound: comp.lower_bound,
-        }
+        })
     }
 
     fn len(&self) -> usize {
@@ -169,11 +183,23 @@ enum Status {
 }
 
 /// A subproblem: unplaced buffers that no other unplaced buffer connects to in time, over sections `lo..hi`.
-/// `members` is sorted by the preorder, so a member's position is its rank.
+/// `members` is in index order (memory order, for the per-node scans); `rank` holds each one's preorder rank.
 struct Part {
     members: Vec<u32>,
+    rank: Vec<u32>,
     lo: usize,
     hi: usize,
+}
+
+/// The per-buffer state a node reads, side by side (one cache line per buffer and scan).
+#[derive(Clone, Copy)]
+struct Hot {
+    /// Highest top among placed, overlapping buffers.
+    minoff: u64,
+    /// Lowest offset the buffer can still take (scratch of `dfs`).
+    eff: u64,
+    size: u64,
+    placed: bool,
 }
 
 /// One decision run: is there a placement with every top <= `cap`? Depth-first, one preorder heuristic.
@@ -183,8 +209,7 @@ struct Decide<'p> {
     heuristic: usize,
     /// Random tie-breakers for the randomised heuristics.
     noise: Vec<u64>,
-    placed: Vec<bool>,
-    minoff: Vec<u64>,
+    hot: Vec<Hot>,
     offset: Vec<u64>,
     /// Unplaced size per section.
     rem: Vec<u64>,
@@ -196,8 +221,8 @@ struct Decide<'p> {
     undo: Vec<(u32, u64)>,
     /// Per section, an unplaced buffer that last showed the section can fit (a hint, checked before use).
     witness: Vec<u32>,
-    /// Lowest offset each unplaced buffer can still take (scratch of `dfs`).
-    eff: Vec<u64>,
+    /// Candidate lists of the nodes on the current path, back to back: (offset, rank, position).
+    cands: Vec<(u64, u32, u32)>,
     nodes: u64,
     effort: u64,
     effort_limit: u64,
@@ -220,6 +245,7 @@ impl<'p> Decide<'p> {
         let m = p.len();
         let mut rem = vec![0u64; p.sections];
         let mut cuts = vec![0u32; p.sections + 1];
+        let mut work = (m + p.sections) as u64;
         for i in 0..m {
             for r in &mut rem[p.start[i] as usize..p.end[i] as usize] {
                 *r += p.size[i];
@@ -227,6 +253,7 @@ impl<'p> Decide<'p> {
             for c in &mut cuts[p.start[i] as usize + 1..p.end[i] as usize] {
                 *c += 1;
             }
+            work += 2 * u64::from(p.end[i] - p.start[i]);
         }
         let noise = if heuristic >= HEURISTICS {
             (0..m).map(|_| rng.next()).collect()
@@ -238,8 +265,16 @@ impl<'p> Decide<'p> {
             cap,
             heuristic,
             noise,
-            placed: vec![false; m],
-            minoff: vec![0; m],
+            hot: p
+                .size
+                .iter()
+                .map(|&size| Hot {
+                    minoff: 0,
+                    eff: 0,
+                    size,
+                    placed: false,
+                })
+                .collect(),
             offset: vec![0; m],
             rem,
             cuts,
@@ -250,26 +285,26 @@ impl<'p> Decide<'p> {
                 .iter()
                 .map(|m| m.first().copied().unwrap_or(0))
                 .collect(),
-            eff: vec![0; m],
-            memo,
+            cands: Vec::new(),
             nodes: 0,
-            effort: (m + p.sections) as u64,
+            effort: work,
             effort_limit,
             deadline,
             timed_out: false,
+            memo,
         }
     }
 
-    /// Solves the subproblem of the unplaced `members` over sections `lo..hi` on its own, from floor 0.
+    /// Solves the subproblem of the unplaced `members` (index order) over sections `lo..hi` on its own, from
+    /// floor 0.
     fn solve(&mut self, members: Vec<u32>, lo: usize, hi: usize) -> Status {
         // The subproblem is fully described by its members and their minimum offsets: placed buffers only act
         // through those. Reuse a proof of failure or a layout found in another branch.
-        let mut key: Vec<(u32, u64)> = members
+        let key: Vec<(u32, u64)> = members
             .iter()
-            .map(|&b| (b, self.minoff[b as usize]))
+            .map(|&b| (b, self.hot[b as usize].minoff))
             .collect();
-        key.sort_unstable();
-        self.effort += 2 * key.len() as u64;
+        self.effort += key.len() as u64;
         match self.memo.get(&key, self.cap) {
             Some(Known::Failed) => return Status::NotFound,
             Some(Known::Found(offsets)) => {
@@ -294,28 +329,24 @@ impl<'p> Decide<'p> {
     }
 
     /// Searches the subproblem of `members` over sections `lo..hi` from floor 0, with this run's preorder.
-    fn search_part(&mut self, mut members: Vec<u32>, lo: usize, hi: usize) -> Status {
+    fn search_part(&mut self, members: Vec<u32>, lo: usize, hi: usize) -> Status {
         let p = self.p;
         // Preorder keys: peak unplaced total over the lifetime (T), lifetime (L), area (A).
-        let total = |b: usize| {
-            self.rem[p.start[b] as usize..p.end[b] as usize]
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(0)
-        };
+        let mut work = 0u64;
         let keyed: Vec<(u64, u64, u128)> = members
             .iter()
             .map(|&b| {
                 let b = b as usize;
+                let span = &self.rem[p.start[b] as usize..p.end[b] as usize];
+                work += span.len() as u64;
                 (
-                    total(b),
+                    span.iter().copied().max().unwrap_or(0),
                     p.length[b],
                     u128::from(p.size[b]) * u128::from(p.length[b]),
                 )
             })
             .collect();
-        self.effort += members.len() as u64 * 4;
+        self.effort += work + members.len() as u64 * 8;
         let mut order: Vec<usize> = (0..members.len()).collect();
         match self.heuristic {
             0 => order.sort_by_key(|&k| {
@@ -337,12 +368,20 @@ impl<'p> Decide<'p> {
                 (Reverse(t), n % 8, Reverse(a), n)
             }),
         }
-        members = order.iter().map(|&k| members[k]).collect();
-        let part = Part { members, lo, hi };
+        let mut rank = vec![0u32; members.len()];
+        for (r, &k) in order.iter().enumerate() {
+            rank[k] = r as u32;
+        }
+        let part = Part {
+            members,
+            rank,
+            lo,
+            hi,
+        };
         self.dfs(&part, 0, 0)
     }
 
-    fn dfs(&mut self, part: &Part, floor: u64, min_rank: usize) -> Status {
+    fn dfs(&mut self, part: &Part, floor: u64, min_rank: u32) -> Status {
         let p = self.p;
         self.nodes += 1;
         if self.effort >= self.effort_limit {
@@ -356,24 +395,25 @@ impl<'p> Decide<'p> {
                 }
             }
         }
-        // Section floors and the dominance threshold over the unplaced members.
-        let mut work = (part.members.len() + part.hi - part.lo) as u64;
+        // Lowest possible offsets and the dominance threshold over the unplaced members.
+        let mut work = (2 * part.members.len() + part.hi - part.lo) as u64;
         let (mut min1, mut min2, mut arg1) = (u64::MAX, u64::MAX, u32::MAX);
         let mut any = false;
         for (k, &b) in part.members.iter().enumerate() {
             let i = b as usize;
-            if self.placed[i] {
+            let h = self.hot[i];
+            if h.placed {
                 continue;
             }
             any = true;
-            let mut e = self.minoff[i];
-            if e < floor || (e == floor && k < min_rank) {
+            let mut e = h.minoff;
+            if e < floor || (e == floor && part.rank[k] < min_rank) {
                 // Pending: it can only end on top of an unplaced, overlapping buffer placed from now on.
                 let mut support = u64::MAX;
                 for &j in &p.adj[i] {
-                    let j = j as usize;
-                    if !self.placed[j] {
-                        support = support.min(self.minoff[j].max(floor) + p.size[j]);
+                    let o = self.hot[j as usize];
+                    if !o.placed {
+                        support = support.min(o.minoff.max(floor) + o.size);
                     }
                 }
                 work += p.adj[i].len() as u64;
@@ -383,8 +423,8 @@ impl<'p> Decide<'p> {
                 }
                 e = support;
             }
-            self.eff[i] = e;
-            let reach = self.minoff[i] + p.size[i];
+            self.hot[i].eff = e;
+            let reach = h.minoff + h.size;
             if reach < min1 {
                 (min2, min1, arg1) = (min1, reach, b);
             } else if reach < min2 {
@@ -403,18 +443,20 @@ impl<'p> Decide<'p> {
                 continue;
             }
             let Some(limit) = self.cap.checked_sub(r) else {
+                self.effort += work;
                 return Status::NotFound;
             };
-            let w = self.witness[s] as usize;
-            if !self.placed[w] && self.eff[w] <= limit {
+            let w = self.hot[self.witness[s] as usize];
+            if !w.placed && w.eff <= limit {
                 continue;
             }
             let members = &p.section_members[s];
             work += members.len() as u64;
-            match members
-                .iter()
-                .find(|&&j| !self.placed[j as usize] && self.eff[j as usize] <= limit)
-            {
+            let hot = &self.hot;
+            match members.iter().find(|&&j| {
+                let h = hot[j as usize];
+                !h.placed && h.eff <= limit
+            }) {
                 Some(&j) => self.witness[s] = j,
                 None => {
                     self.effort += work;
@@ -424,21 +466,20 @@ impl<'p> Decide<'p> {
         }
         self.effort += work;
         // Candidates: at or above the floor (at the floor, only later ranks), not dominated, under the cap.
-        let mut cands: Vec<(u64, u32)> = Vec::new();
+        let base = self.cands.len();
         for (k, &b) in part.members.iter().enumerate() {
             let i = b as usize;
-            if self.placed[i] {
+            let h = self.hot[i];
+            if h.placed {
                 continue;
             }
-            let x = self.minoff[i];
-            if x < floor || (x == floor && k < min_rank) {
-                continue;
-            }
-            if x.saturating_add(p.size[i]) > self.cap {
+            let x = h.minoff;
+            let rank = part.rank[k];
+            if x < floor || (x == floor && rank < min_rank) || x.saturating_add(h.size) > self.cap {
                 continue;
             }
             if let Some(t) = p.twin[i] {
-                if !self.placed[t as usize] {
+                if !self.hot[t as usize].placed {
                     continue;
                 }
             }
@@ -446,25 +487,28 @@ impl<'p> Decide<'p> {
             if threshold <= x {
                 continue;
             }
-            cands.push((x, k as u32));
+            self.cands.push((x, rank, k as u32));
         }
-        cands.sort_unstable();
+        self.cands[base..].sort_unstable();
+        let end = self.cands.len();
         let mut cut_points: Vec<usize> = Vec::new();
-        for &(x, k) in &cands {
+        let mut status = Status::NotFound;
+        for c in base..end {
+            let (x, rank, k) = self.cands[c];
             let b = part.members[k as usize];
             let mark = (self.trail.len(), self.undo.len());
             cut_points.clear();
             let hatless = self.place(b as usize, x, &mut cut_points);
-            let status = if cut_points.is_empty() {
-                self.dfs(part, x, k as usize + 1)
+            let child = if cut_points.is_empty() {
+                self.dfs(part, x, rank + 1)
             } else {
                 self.decompose(part, &mut cut_points)
             };
-            match status {
-                Status::Found => return Status::Found,
-                Status::Aborted => return Status::Aborted,
-                Status::NotFound => self.unwind(mark),
+            if child != Status::NotFound {
+                status = child;
+                break;
             }
+            self.unwind(mark);
             // Nothing can ever sit on `b`: its offset is fixed whatever is placed first, and every later
             // alternative either starts above it (stranding it) or ties with it in a rank order the tie rule
             // forbids. So no alternative can succeed where placing `b` first failed.
@@ -472,7 +516,8 @@ impl<'p> Decide<'p> {
                 break;
             }
         }
-        Status::NotFound
+        self.cands.truncate(base);
+        status
     }
 
     /// The unplaced members split at `cut_points`: solve each side on its own; all must succeed.
@@ -488,7 +533,7 @@ impl<'p> Decide<'p> {
                 .copied()
                 .filter(|&b| {
                     let i = b as usize;
-                    !self.placed[i] && (p.start[i] as usize) < hi && (p.end[i] as usize) > lo
+                    !self.hot[i].placed && (p.start[i] as usize) < hi && (p.end[i] as usize) > lo
                 })
                 .collect();
             self.effort += part.members.len() as u64;
@@ -509,7 +554,7 @@ impl<'p> Decide<'p> {
         let p = self.p;
         let size = p.size[i];
         let (a, z) = (p.start[i] as usize, p.end[i] as usize);
-        self.placed[i] = true;
+        self.hot[i].placed = true;
         self.offset[i] = x;
         self.trail.push(i as u32);
         for v in &mut self.rem[a..z] {
@@ -524,14 +569,14 @@ impl<'p> Decide<'p> {
         let t = x + size;
         let mut hatless = true;
         for &j in &p.adj[i] {
-            let j = j as usize;
-            if self.placed[j] {
+            let h = &mut self.hot[j as usize];
+            if h.placed {
                 continue;
             }
             hatless = false;
-            if self.minoff[j] < t {
-                self.undo.push((j as u32, self.minoff[j]));
-                self.minoff[j] = t;
+            if h.minoff < t {
+                self.undo.push((j, h.minoff));
+                h.minoff = t;
             }
         }
         self.effort += (p.adj[i].len() + 2 * (z - a)) as u64;
@@ -545,7 +590,7 @@ impl<'p> Decide<'p> {
             let Some(b) = self.trail.pop() else { break };
             let i = b as usize;
             let (a, z) = (p.start[i] as usize, p.end[i] as usize);
-            self.placed[i] = false;
+            self.hot[i].placed = false;
             for v in &mut self.rem[a..z] {
                 *v += p.size[i];
             }
@@ -558,7 +603,7 @@ impl<'p> Decide<'p> {
             let Some((j, old)) = self.undo.pop() else {
                 break;
             };
-            self.minoff[j as usize] = old;
+            self.hot[j as usize].minoff = old;
         }
     }
 
@@ -624,10 +669,25 @@ impl Memo {
     }
 }
 
-/// Fixed preorder heuristics tried before the randomised ones.
+/// Fixed preorder heuristics; heuristic `HEURISTICS` is the randomised one.
 const HEURISTICS: usize = 3;
-/// Randomised runs per round, from the third round on.
-const RANDOMISED: usize = 3;
+/// Per round, the randomised runs at the target get this many times the fixed preorders' effort: on tight
+/// instances, success tends to come from a lucky preorder that needs few backtracks.
+const RANDOM_SHARE: u64 = 4;
+
+/// The Luby sequence 1, 1, 2, 1, 1, 2, 4, 1, 1, 2, ... (`i` from 1): restart lengths within a log factor of the
+/// best fixed schedule whatever the run-length distribution.
+fn luby(i: u64) -> u64 {
+    let mut i = i.max(1);
+    loop {
+        // k: the smallest with 2^k - 1 >= i.
+        let k = 64 - i.leading_zeros();
+        if i == (1u64 << k) - 1 {
+            return 1u64 << (k - 1);
+        }
+        i -= (1u64 << (k - 1)) - 1;
+    }
+}
 
 /// The answer of [`attempt`].
 struct Decision {
@@ -689,7 +749,7 @@ fn attempt(
 }
 
 /// Tries to lower the height of component `c` from `height` to `max(goal, its lower bound)` or below, within
-/// `limits`. Rounds with doubling per-run limits; each round runs (1) the decision at the target (the goal, or
+/// `limits`; `None` if the component is too dense to search (see [`Problem::new`]). Rounds with doubling per-run limits; each round runs (1) the decision at the target (the goal, or
 /// the bound proved so far if higher) over the preorder portfolio, and (2) with as much effort again, a descent
 /// from the best height: decisions at `best - step`, the step halving after each failure to answer. Decision
 /// difficulty is erratic in the cap, so the descent keeps probing different caps rather than bisecting once.
@@ -699,8 +759,8 @@ pub(crate) fn improve(
     height: u64,
     goal: u64,
     limits: &Limits,
-) -> Outcome {
-    let p = Problem::new(inst, c);
+) -> Option<Outcome> {
+    let p = Problem::new(inst, c)?;
     let grain = p.grain;
     let mut rng = SplitMix::new(limits.seed);
     let mut memo = Memo::default();
@@ -715,6 +775,10 @@ pub(crate) fn improve(
     let mut best = height;
     let mut target = goal;
     let mut limit = (64 * (p.len() + p.sections) as u64).max(1024);
+    // About one full dive: every buffer placed once, each node scanning the members and sections.
+    let dive = (p.len() as u64 * (2 * p.len() + p.sections) as u64).max(limit);
+    let mut luby_index = 0u64;
+    let mut start_shift = 1u32;
     let mut round = 0usize;
     let record = |out: &mut Outcome, d: &Decision| {
         out.nodes += d.nodes;
@@ -726,45 +790,14 @@ pub(crate) fn improve(
         && out.effort < limits.effort
         && !out.timed_out
     {
-        let count = if round < 2 {
-            HEURISTICS
-        } else {
-            HEURISTICS + RANDOMISED
-        };
-        let heuristics: Vec<usize> = (0..count).collect();
-        let round_start = out.effort;
-        // (1) The target.
-        if target < best {
-            let left = limits.effort - out.effort;
-            let d = attempt(
-                &p,
-                &mut memo,
-                target,
-                &heuristics,
-                limit,
-                left,
-                limits.deadline,
-                &mut rng,
-            );
-            record(&mut out, &d);
-            tracing::trace!(round, limit, target, status = ?d.status, effort = d.effort, total = out.effort, "pack target");
-            match (d.status, d.solution) {
-                (Status::Found, Some((sol, h))) => {
-                    out.improved = Some((sol, h));
-                    break;
-                }
-                (Status::NotFound, _) => {
-                    out.proved_lower_bound = target + grain;
-                    target += grain;
-                }
-                _ => {}
-            }
-        }
-        // (2) The descent, with as much effort as the target took this round: one heuristic per probe, rotating,
-        // so that a round probes several caps.
-        let quota = (out.effort - round_start).max(count as u64 * limit);
+        let count = HEURISTICS + 1;
+        let fixed: Vec<usize> = (0..HEURISTICS).collect();
+        // (1) The descent, with the effort of six runs at this round's limit: decisions
+        // at `best - step`, one heuristic per probe, rotating. The step halves after every probe that cannot
+        // answer and is kept after a success; each round starts one step bolder than the last success.
+        let quota = 2 * HEURISTICS as u64 * limit;
         let descent_start = out.effort;
-        let mut shift = 1u32;
+        let mut shift = start_shift;
         let mut probe = 0usize;
         while best > target + grain
             && out.effort - descent_start < quota
@@ -793,6 +826,7 @@ pub(crate) fn improve(
                 (Status::Found, Some((sol, h))) => {
                     best = h;
                     out.improved = Some((sol, h));
+                    start_shift = shift.saturating_sub(1).max(1);
                 }
                 (Status::NotFound, _) => {
                     out.proved_lower_bound = out.proved_lower_bound.max(cap + grain);
@@ -807,10 +841,59 @@ pub(crate) fn improve(
                 }
             }
         }
+        if best <= goal || best <= out.proved_lower_bound {
+            break;
+        }
+        // (2) The target: the fixed preorders at this round's limit, then randomised preorders with Luby-sequence
+        // limits (mostly short runs: some random preorders solve hard instances almost in one dive, most do not)
+        // for `RANDOM_SHARE` times that effort.
+        let mut random_spent = 0u64;
+        let mut first = true;
+        while target < best && out.effort < limits.effort && !out.timed_out {
+            let (heuristics, run_limit) = if first {
+                (&fixed[..], limit)
+            } else if random_spent < RANDOM_SHARE * HEURISTICS as u64 * limit {
+                luby_index += 1;
+                (&[HEURISTICS][..], dive.saturating_mul(luby(luby_index)))
+            } else {
+                break;
+            };
+            let left = limits.effort - out.effort;
+            let d = attempt(
+                &p,
+                &mut memo,
+                target,
+                heuristics,
+                run_limit,
+                left,
+                limits.deadline,
+                &mut rng,
+            );
+            record(&mut out, &d);
+            if !first {
+                random_spent += d.effort;
+            }
+            first = false;
+            tracing::trace!(round, limit = run_limit, target, status = ?d.status, effort = d.effort, total = out.effort, "pack target");
+            match (d.status, d.solution) {
+                (Status::Found, Some((sol, h))) => {
+                    best = h;
+                    out.improved = Some((sol, h));
+                }
+                (Status::NotFound, _) => {
+                    out.proved_lower_bound = target + grain;
+                    target += grain;
+                }
+                _ => {}
+            }
+        }
+        if best <= goal {
+            break;
+        }
         limit = limit.saturating_mul(2);
         round += 1;
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]
@@ -864,6 +947,12 @@ mod tests {
         })
     }
 
+    #[test]
+    fn luby_sequence() {
+        let first: Vec<u64> = (1..=15).map(luby).collect();
+        assert_eq!(first, [1, 1, 2, 1, 1, 2, 4, 1, 1, 2, 1, 1, 2, 4, 8]);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
 
@@ -872,7 +961,7 @@ mod tests {
         fn decision_matches_brute_force(bufs in instance(), seed in 0u64..1000) {
             let inst = Instance::new(&bufs, 1).unwrap();
             for c in 0..inst.components.len() {
-                let p = Problem::new(&inst, c);
+                let p = Problem::new(&inst, c).unwrap();
                 let opt = brute_force(&p);
                 let mut rng = SplitMix::new(seed);
                 for h in [0, 1, 2, HEURISTICS] {
