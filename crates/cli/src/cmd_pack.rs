@@ -26,6 +26,9 @@ pub struct PackArgs {
     /// Write `id,lower,upper,size,offset` rows to this file.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Also draw the packing (time across, address down) as SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub memory_svg: Option<PathBuf>,
     /// Seed of the search's randomised restarts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -34,11 +37,7 @@ pub struct PackArgs {
 /// Runs `cuplan pack`.
 pub fn run(args: &PackArgs) -> anyhow::Result<()> {
     let stdin = args.file.as_os_str() == "-";
-    let name = if stdin {
-        "standard input".to_string()
-    } else {
-        args.file.display().to_string()
-    };
+    let name = if stdin { "standard input".to_string() } else { args.file.display().to_string() };
     let text = if stdin {
         std::io::read_to_string(std::io::stdin()).context("reading standard input")?
     } else {
@@ -54,11 +53,7 @@ pub fn run(args: &PackArgs) -> anyhow::Result<()> {
     if let Some(ms) = args.budget_ms {
         budget = budget.with_time_limit(Duration::from_millis(ms));
     }
-    let opts = PackOptions {
-        alignment: args.alignment,
-        budget,
-        seed: args.seed,
-    };
+    let opts = PackOptions { alignment: args.alignment, budget, seed: args.seed };
     let started = Instant::now();
     let packing = pack::pack(&buffers, &opts).map_err(|e| name_buffer(e, &rows))?;
     let elapsed = started.elapsed();
@@ -66,23 +61,12 @@ pub fn run(args: &PackArgs) -> anyhow::Result<()> {
 
     println!("buffers      {}", buffers.len());
     println!("height       {}", packing.height);
-    println!(
-        "lower bound  {}{}",
-        packing.lower_bound,
-        if packing.optimal {
-            " (height optimal)"
-        } else {
-            ""
-        }
-    );
+    println!("lower bound  {}{}", packing.lower_bound, if packing.optimal { " (height optimal)" } else { "" });
     if packing.stats.proved_lower_bound > packing.lower_bound {
         println!("proved bound {}", packing.stats.proved_lower_bound);
     }
     if let Some(cap) = args.capacity {
-        println!(
-            "capacity     {cap} (height/capacity {:.4})",
-            packing.height as f64 / cap.max(1) as f64
-        );
+        println!("capacity     {cap} (height/capacity {:.4})", packing.height as f64 / cap.max(1) as f64);
     }
     println!("strategy     {}", packing.strategy);
     println!(
@@ -101,13 +85,13 @@ pub fn run(args: &PackArgs) -> anyhow::Result<()> {
         std::fs::write(path, csv::write(&rows, &packing.offsets))
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(path) = &args.memory_svg {
+        let svg = crate::viz::pack_svg(&buffers, &packing.offsets, args.alignment, &name)?;
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(cap) = args.capacity {
         if packing.height > cap {
-            bail!(
-                "height {} exceeds capacity {cap} by {} bytes",
-                packing.height,
-                packing.height - cap
-            );
+            bail!("height {} exceeds capacity {cap} by {} bytes", packing.height, packing.height - cap);
         }
     }
     Ok(())

@@ -107,6 +107,7 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
         "lower_bound_bytes": s.lower_bound_bytes,
         "pool_ratio": if s.lower_bound_bytes > 0 { plan.pool_bytes as f64 / s.lower_bound_bytes as f64 } else { 1.0 },
         "reuse_edges": s.reuse_edges,
+        "reuse_edges_added": s.reuse_edges_added,
         "in_place_count": s.in_place_count,
         "num_streams": plan.num_streams,
         "event_count": plan.event_count,

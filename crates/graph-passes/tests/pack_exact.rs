@@ -10,10 +10,7 @@ fn b(lower: u64, upper: u64, size: u64) -> Buffer {
 }
 
 fn opts(alignment: u64) -> PackOptions {
-    PackOptions {
-        alignment,
-        ..PackOptions::default()
-    }
+    PackOptions { alignment, ..PackOptions::default() }
 }
 
 const README: &str = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n";
@@ -39,22 +36,9 @@ fn readme_example_packs_to_twelve() {
 #[test]
 fn search_beats_every_greedy_run() {
     // Every greedy ordering needs 12 here; the optimum is 11 (b0, b1, b4 at 0, b2 at 1, b5 at 5, b3 at 9).
-    let buffers = [
-        b(5, 7, 5),
-        b(0, 3, 1),
-        b(0, 1, 5),
-        b(0, 4, 2),
-        b(3, 4, 5),
-        b(1, 5, 4),
-    ];
-    let greedy = pack::pack(
-        &buffers,
-        &PackOptions {
-            budget: Budget::greedy_only(),
-            ..PackOptions::default()
-        },
-    )
-    .unwrap();
+    let buffers = [b(5, 7, 5), b(0, 3, 1), b(0, 1, 5), b(0, 4, 2), b(3, 4, 5), b(1, 5, 4)];
+    let greedy =
+        pack::pack(&buffers, &PackOptions { budget: Budget::greedy_only(), ..PackOptions::default() }).unwrap();
     assert_eq!(greedy.height, 12);
     assert!(!greedy.optimal);
     assert_eq!(greedy.stats.search_skipped, Some(SearchSkip::NoBudget));
@@ -117,36 +101,20 @@ fn zero_size_buffers_sit_at_zero() {
 fn errors_name_the_buffer() {
     assert_eq!(
         pack::pack(&[b(0, 1, 1), b(4, 4, 1)], &opts(1)),
-        Err(PackError::InvalidInterval {
-            index: 1,
-            lower: 4,
-            upper: 4
-        })
+        Err(PackError::InvalidInterval { index: 1, lower: 4, upper: 4 })
     );
-    assert_eq!(
-        pack::pack(&[b(0, 1, 1)], &opts(0)),
-        Err(PackError::ZeroAlignment)
-    );
+    assert_eq!(pack::pack(&[b(0, 1, 1)], &opts(0)), Err(PackError::ZeroAlignment));
     // Rounding up to the alignment overflows.
-    assert!(matches!(
-        pack::pack(&[b(0, 1, u64::MAX)], &opts(256)),
-        Err(PackError::Overflow { index: 0, .. })
-    ));
+    assert!(matches!(pack::pack(&[b(0, 1, u64::MAX)], &opts(256)), Err(PackError::Overflow { index: 0, .. })));
     // Two huge buffers live together: the pool cannot be addressed in u64.
     assert!(matches!(
-        pack::pack(
-            &[b(0, 2, u64::MAX / 2 + 1), b(1, 3, u64::MAX / 2 + 1)],
-            &opts(1)
-        ),
+        pack::pack(&[b(0, 2, u64::MAX / 2 + 1), b(1, 3, u64::MAX / 2 + 1)], &opts(1)),
         Err(PackError::Overflow { .. })
     ));
     // The same buffers at disjoint times are fine.
     let p = pack::pack(&[b(0, 1, u64::MAX), b(1, 2, u64::MAX)], &opts(1)).unwrap();
     assert_eq!(p.height, u64::MAX);
-    assert_eq!(
-        lower_bound(&[b(0, 2, u64::MAX), b(1, 3, u64::MAX)], 1),
-        u64::MAX
-    );
+    assert_eq!(lower_bound(&[b(0, 2, u64::MAX), b(1, 3, u64::MAX)], 1), u64::MAX);
 }
 
 #[test]
@@ -159,24 +127,15 @@ fn huge_components_skip_the_search_and_say_so() {
     let p = pack::pack(&buffers, &opts(1)).unwrap();
     check(&buffers, &p.offsets).unwrap();
     if !p.optimal {
-        assert_eq!(
-            p.stats.search_skipped,
-            Some(SearchSkip::TooLarge { buffers: 5001 })
-        );
+        assert_eq!(p.stats.search_skipped, Some(SearchSkip::TooLarge { buffers: 5001 }));
     }
     assert!(p.height >= p.lower_bound);
 }
 
 #[test]
 fn deterministic_for_a_seed() {
-    let buffers: Vec<Buffer> = (0..60u64)
-        .map(|i| b(i % 17, i % 17 + 1 + (i * 31) % 9, 1 + (i * 13) % 23))
-        .collect();
-    let o = PackOptions {
-        budget: Budget::with_effort(2_000_000),
-        seed: 42,
-        ..PackOptions::default()
-    };
+    let buffers: Vec<Buffer> = (0..60u64).map(|i| b(i % 17, i % 17 + 1 + (i * 31) % 9, 1 + (i * 13) % 23)).collect();
+    let o = PackOptions { budget: Budget::with_effort(2_000_000), seed: 42, ..PackOptions::default() };
     let a = pack::pack(&buffers, &o).unwrap();
     let b2 = pack::pack(&buffers, &o).unwrap();
     assert_eq!(a, b2);

@@ -1,19 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Properties of the packer and its checker on random instances.
 
-use graph_passes::memory::pack::{
-    self, check, lower_bound, Budget, Buffer, PackOptions, PackViolation,
-};
+use graph_passes::memory::pack::{self, check, lower_bound, Budget, Buffer, PackOptions, PackViolation};
 use proptest::prelude::*;
 
 fn buffers(max_len: usize, horizon: u64, max_size: u64) -> impl Strategy<Value = Vec<Buffer>> {
-    prop::collection::vec((0..horizon, 1..horizon / 2 + 2, 0..=max_size), 0..max_len).prop_map(
-        |v| {
-            v.into_iter()
-                .map(|(lower, len, size)| Buffer::new(lower, lower + len, size))
-                .collect()
-        },
-    )
+    prop::collection::vec((0..horizon, 1..horizon / 2 + 2, 0..=max_size), 0..max_len)
+        .prop_map(|v| v.into_iter().map(|(lower, len, size)| Buffer::new(lower, lower + len, size)).collect())
 }
 
 fn aligned(size: u64, alignment: u64) -> u64 {
@@ -23,13 +16,7 @@ fn aligned(size: u64, alignment: u64) -> u64 {
 /// Brute-force optimum: first-fit in every order. Placing an optimal layout's buffers by increasing offset with
 /// first-fit never puts one above its optimal offset, so the best order reaches the optimum.
 fn brute_force(bufs: &[Buffer], alignment: u64) -> u64 {
-    fn go(
-        bufs: &[Buffer],
-        sizes: &[u64],
-        placed: &mut Vec<(usize, u64)>,
-        best: &mut u64,
-        height: u64,
-    ) {
+    fn go(bufs: &[Buffer], sizes: &[u64], placed: &mut Vec<(usize, u64)>, best: &mut u64, height: u64) {
         if height >= *best {
             return;
         }

@@ -71,27 +71,16 @@ pub enum PackViolation {
 /// Returns the first violation found in time order (for overlaps: the earliest start at which a collision appears).
 pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
     if buffers.len() != offsets.len() {
-        return Err(PackViolation::LengthMismatch {
-            buffers: buffers.len(),
-            offsets: offsets.len(),
-        });
+        return Err(PackViolation::LengthMismatch { buffers: buffers.len(), offsets: offsets.len() });
     }
     // Events: (time, kind, index) with kind 0 = end, 1 = start, so that at equal times ends come first.
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(2 * buffers.len());
     let mut ends = vec![0u64; buffers.len()];
     for (index, (b, &offset)) in buffers.iter().zip(offsets).enumerate() {
         if b.lower >= b.upper {
-            return Err(PackViolation::InvalidInterval {
-                index,
-                lower: b.lower,
-                upper: b.upper,
-            });
+            return Err(PackViolation::InvalidInterval { index, lower: b.lower, upper: b.upper });
         }
-        let end = offset.checked_add(b.size).ok_or(PackViolation::Overflow {
-            index,
-            offset,
-            size: b.size,
-        })?;
+        let end = offset.checked_add(b.size).ok_or(PackViolation::Overflow { index, offset, size: b.size })?;
         ends[index] = end;
         if b.size > 0 {
             events.push((b.lower, 1, index));
@@ -168,14 +157,7 @@ mod tests {
         // A big buffer below, a small one above it, and a newcomer straddling the big one's top.
         let bufs = [b(0, 10, 100), b(0, 10, 10), b(5, 6, 10)];
         let err = check(&bufs, &[0, 200, 95]).unwrap_err();
-        assert!(matches!(
-            err,
-            PackViolation::Overlap {
-                first: 0,
-                second: 2,
-                ..
-            }
-        ));
+        assert!(matches!(err, PackViolation::Overlap { first: 0, second: 2, .. }));
     }
 
     #[test]
@@ -186,17 +168,8 @@ mod tests {
 
     #[test]
     fn structural_errors() {
-        assert!(matches!(
-            check(&[b(0, 1, 1)], &[]),
-            Err(PackViolation::LengthMismatch { .. })
-        ));
-        assert!(matches!(
-            check(&[b(2, 2, 1)], &[0]),
-            Err(PackViolation::InvalidInterval { index: 0, .. })
-        ));
-        assert!(matches!(
-            check(&[b(0, 1, 2)], &[u64::MAX]),
-            Err(PackViolation::Overflow { index: 0, .. })
-        ));
+        assert!(matches!(check(&[b(0, 1, 1)], &[]), Err(PackViolation::LengthMismatch { .. })));
+        assert!(matches!(check(&[b(2, 2, 1)], &[0]), Err(PackViolation::InvalidInterval { index: 0, .. })));
+        assert!(matches!(check(&[b(0, 1, 2)], &[u64::MAX]), Err(PackViolation::Overflow { index: 0, .. })));
     }
 }

@@ -94,36 +94,18 @@ pub enum CsvError {
 
 /// Parses the CSV text into buffers, in file order.
 pub fn parse(text: &str) -> Result<Vec<CsvBuffer>, CsvError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .map(|(k, l)| (k + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty());
+    let mut lines = text.lines().enumerate().map(|(k, l)| (k + 1, l.trim())).filter(|(_, l)| !l.is_empty());
     let (header_line, header) = lines.next().ok_or(CsvError::Empty)?;
     let names: Vec<&str> = header.split(',').map(str::trim).collect();
     for (k, name) in names.iter().enumerate() {
         if names[..k].contains(name) {
-            return Err(CsvError::DuplicateColumn {
-                line: header_line,
-                column: (*name).to_string(),
-            });
+            return Err(CsvError::DuplicateColumn { line: header_line, column: (*name).to_string() });
         }
     }
     let column = |c: &'static str| {
-        names
-            .iter()
-            .position(|n| *n == c)
-            .ok_or(CsvError::MissingColumn {
-                line: header_line,
-                column: c,
-            })
+        names.iter().position(|n| *n == c).ok_or(CsvError::MissingColumn { line: header_line, column: c })
     };
-    let (id_col, lower_col, upper_col, size_col) = (
-        column("id")?,
-        column("lower")?,
-        column("upper")?,
-        column("size")?,
-    );
+    let (id_col, lower_col, upper_col, size_col) = (column("id")?, column("lower")?, column("upper")?, column("size")?);
     let offset_col = names.iter().position(|n| *n == "offset");
 
     let mut out = Vec::new();
@@ -131,18 +113,10 @@ pub fn parse(text: &str) -> Result<Vec<CsvBuffer>, CsvError> {
     for (line, row) in lines {
         let fields: Vec<&str> = row.split(',').map(str::trim).collect();
         if fields.len() != names.len() {
-            return Err(CsvError::FieldCount {
-                line,
-                expected: names.len(),
-                found: fields.len(),
-            });
+            return Err(CsvError::FieldCount { line, expected: names.len(), found: fields.len() });
         }
         let num = |col: usize, field: &'static str| {
-            fields[col].parse::<u64>().map_err(|_| CsvError::BadNumber {
-                line,
-                field,
-                value: fields[col].to_string(),
-            })
+            fields[col].parse::<u64>().map_err(|_| CsvError::BadNumber { line, field, value: fields[col].to_string() })
         };
         let id = fields[id_col].to_string();
         if id.is_empty() {
@@ -153,22 +127,13 @@ pub fn parse(text: &str) -> Result<Vec<CsvBuffer>, CsvError> {
         let size = num(size_col, "size")?;
         let offset = offset_col.map(|c| num(c, "offset")).transpose()?;
         if lower >= upper {
-            return Err(CsvError::EmptyLifetime {
-                line,
-                id,
-                lower,
-                upper,
-            });
+            return Err(CsvError::EmptyLifetime { line, id, lower, upper });
         }
         if let Some(&first) = seen.get(&id) {
             return Err(CsvError::DuplicateId { line, id, first });
         }
         seen.insert(id.clone(), line);
-        out.push(CsvBuffer {
-            id,
-            buffer: Buffer { lower, upper, size },
-            offset,
-        });
+        out.push(CsvBuffer { id, buffer: Buffer { lower, upper, size }, offset });
     }
     Ok(out)
 }
@@ -178,11 +143,7 @@ pub fn write(buffers: &[CsvBuffer], offsets: &[u64]) -> String {
     let mut s = String::from("id,lower,upper,size,offset\n");
     for (b, o) in buffers.iter().zip(offsets) {
         // Writing to a String cannot fail.
-        let _ = writeln!(
-            s,
-            "{},{},{},{},{}",
-            b.id, b.buffer.lower, b.buffer.upper, b.buffer.size, o
-        );
+        let _ = writeln!(s, "{},{},{},{},{}", b.id, b.buffer.lower, b.buffer.upper, b.buffer.size, o);
     }
     s
 }
@@ -207,48 +168,23 @@ mod tests {
     #[test]
     fn errors_name_line_and_field() {
         assert_eq!(parse(""), Err(CsvError::Empty));
-        assert!(matches!(
-            parse("id,lower,size\n"),
-            Err(CsvError::MissingColumn {
-                line: 1,
-                column: "upper"
-            })
-        ));
+        assert!(matches!(parse("id,lower,size\n"), Err(CsvError::MissingColumn { line: 1, column: "upper" })));
         assert!(matches!(
             parse("id,lower,upper,size\n\nb1,0,x,4\n"),
-            Err(CsvError::BadNumber {
-                line: 3,
-                field: "upper",
-                ..
-            })
+            Err(CsvError::BadNumber { line: 3, field: "upper", .. })
         ));
         assert!(matches!(
             parse("id,lower,upper,size\nb1,0,3\n"),
-            Err(CsvError::FieldCount {
-                line: 2,
-                expected: 4,
-                found: 3
-            })
+            Err(CsvError::FieldCount { line: 2, expected: 4, found: 3 })
         ));
-        assert!(matches!(
-            parse("id,lower,upper,size\nb1,3,3,4\n"),
-            Err(CsvError::EmptyLifetime { line: 2, .. })
-        ));
+        assert!(matches!(parse("id,lower,upper,size\nb1,3,3,4\n"), Err(CsvError::EmptyLifetime { line: 2, .. })));
         assert!(matches!(
             parse("id,lower,upper,size\nb1,0,3,4\nb1,0,3,4\n"),
-            Err(CsvError::DuplicateId {
-                line: 3,
-                first: 2,
-                ..
-            })
+            Err(CsvError::DuplicateId { line: 3, first: 2, .. })
         ));
         assert!(matches!(
             parse("id,lower,upper,size\nb1,0,3,-4\n"),
-            Err(CsvError::BadNumber {
-                line: 2,
-                field: "size",
-                ..
-            })
+            Err(CsvError::BadNumber { line: 2, field: "size", .. })
         ));
     }
 }

@@ -33,14 +33,8 @@ pub enum Order {
 
 impl Order {
     /// Every ordering, in the portfolio's order.
-    pub const ALL: [Order; 6] = [
-        Order::Size,
-        Order::Area,
-        Order::Lifetime,
-        Order::Conflict,
-        Order::Pressure,
-        Order::Start,
-    ];
+    pub const ALL: [Order; 6] =
+        [Order::Size, Order::Area, Order::Lifetime, Order::Conflict, Order::Pressure, Order::Start];
 }
 
 impl fmt::Display for Order {
@@ -101,10 +95,7 @@ pub(crate) fn portfolio(inst: &Instance) -> Result<Portfolio, PackError> {
     } else if n > LARGE {
         vec![(Order::Size, Fit::Best), (Order::Pressure, Fit::Best)]
     } else {
-        Order::ALL
-            .iter()
-            .flat_map(|&o| [(o, Fit::Best), (o, Fit::First)])
-            .collect()
+        Order::ALL.iter().flat_map(|&o| [(o, Fit::Best), (o, Fit::First)]).collect()
     };
     let mut index = PlacedIndex::new(inst);
     let mut offsets = vec![0u64; n];
@@ -118,20 +109,10 @@ pub(crate) fn portfolio(inst: &Instance) -> Result<Portfolio, PackError> {
         run(inst, &seq, fit, &mut index, &mut run_offsets)?;
         // Heights relative to each component's base (`run` checked that every top fits in u64).
         for (c, comp) in inst.components.iter().enumerate() {
-            comp_h[c] = comp
-                .members
-                .iter()
-                .map(|&i| run_offsets[i] + inst.size[i])
-                .max()
-                .unwrap_or(0);
+            comp_h[c] = comp.members.iter().map(|&i| run_offsets[i] + inst.size[i]).max().unwrap_or(0);
         }
-        let single = inst
-            .components
-            .iter()
-            .zip(&comp_h)
-            .map(|(comp, &h)| comp.base.saturating_add(h))
-            .max()
-            .unwrap_or(0);
+        let single =
+            inst.components.iter().zip(&comp_h).map(|(comp, &h)| comp.base.saturating_add(h)).max().unwrap_or(0);
         best_single = best_single.min(single);
         for c in 0..nc {
             if comp_h[c] < comp_best[c] {
@@ -143,12 +124,7 @@ pub(crate) fn portfolio(inst: &Instance) -> Result<Portfolio, PackError> {
             }
         }
     }
-    Ok(Portfolio {
-        offsets,
-        component_heights: comp_best,
-        component_runs: comp_runs,
-        best_single_height: best_single,
-    })
+    Ok(Portfolio { offsets, component_heights: comp_best, component_runs: comp_runs, best_single_height: best_single })
 }
 
 /// The placement order of `order` over the free (not pinned) buffers, deterministic (ties by size, then index).
@@ -162,11 +138,7 @@ pub(crate) fn ordering(inst: &Instance, order: Order) -> Vec<u32> {
         }),
         Order::Area => seq.sort_unstable_by_key(|&i| {
             let i = i as usize;
-            (
-                Reverse(u128::from(size[i]) * u128::from(inst.length[i])),
-                Reverse(size[i]),
-                i,
-            )
+            (Reverse(u128::from(size[i]) * u128::from(inst.length[i])), Reverse(size[i]), i)
         }),
         Order::Lifetime => seq.sort_unstable_by_key(|&i| {
             let i = i as usize;
@@ -183,12 +155,7 @@ pub(crate) fn ordering(inst: &Instance, order: Order) -> Vec<u32> {
             let peak = peak_loads(inst);
             seq.sort_unstable_by_key(|&i| {
                 let i = i as usize;
-                (
-                    Reverse(peak[i]),
-                    Reverse(size[i]),
-                    Reverse(inst.length[i]),
-                    i,
-                )
+                (Reverse(peak[i]), Reverse(size[i]), Reverse(inst.length[i]), i)
             })
         }
         Order::Start => seq.sort_unstable_by_key(|&i| {
@@ -272,10 +239,7 @@ pub(crate) fn run(
         occupied.clear();
         index.overlapping(s, e, &mut occupied);
         let offset = choose_gap(&mut occupied, size, fit);
-        let top = offset.checked_add(size).ok_or(PackError::Overflow {
-            index: inst.orig[i],
-            size,
-        })?;
+        let top = offset.checked_add(size).ok_or(PackError::Overflow { index: inst.orig[i], size })?;
         offsets[i] = offset;
         index.insert((offset, top), s, e);
     }
@@ -566,28 +530,17 @@ mod tests {
     fn placed_index_matches_brute_force() {
         // Unit buffers make 50 sections; then short and long (more than SHORT sections) buffers.
         let mut spans: Vec<(u64, u64)> = (0..50).map(|t| (t, t + 1)).collect();
-        spans.extend([
-            (0, 50),
-            (5, 45),
-            (10, 30),
-            (3, 10),
-            (20, 37),
-            (49, 50),
-            (0, 17),
-        ]);
-        let bufs: Vec<crate::memory::pack::Buffer> = spans
-            .iter()
-            .map(|&(s, e)| crate::memory::pack::Buffer::new(s, e, 1))
-            .collect();
+        spans.extend([(0, 50), (5, 45), (10, 30), (3, 10), (20, 37), (49, 50), (0, 17)]);
+        let bufs: Vec<crate::memory::pack::Buffer> =
+            spans.iter().map(|&(s, e)| crate::memory::pack::Buffer::new(s, e, 1)).collect();
         let inst = Instance::new(&bufs, 1).unwrap();
         let mut idx = PlacedIndex::new(&inst);
         for round in 0..2 {
             idx.clear();
             let mut inserted = Vec::new();
             // (0, 50) spans everything and is pinned: the index serves the free buffers only.
-            let order = (0..bufs.len())
-                .map(|k| (k * 23 + round * 7) % bufs.len())
-                .filter(|&b| inst.free.contains(&(b as u32)));
+            let order =
+                (0..bufs.len()).map(|k| (k * 23 + round * 7) % bufs.len()).filter(|&b| inst.free.contains(&(b as u32)));
             for b in order {
                 // The "range" (b, b) identifies the buffer.
                 idx.insert((b as u64, b as u64), inst.start[b], inst.end[b]);

@@ -64,23 +64,13 @@ impl Instance {
         let mut size = Vec::new();
         for (index, b) in buffers.iter().enumerate() {
             if b.lower >= b.upper {
-                return Err(PackError::InvalidInterval {
-                    index,
-                    lower: b.lower,
-                    upper: b.upper,
-                });
+                return Err(PackError::InvalidInterval { index, lower: b.lower, upper: b.upper });
             }
             if b.size == 0 {
                 continue;
             }
             let aligned =
-                b.size
-                    .div_ceil(alignment)
-                    .checked_mul(alignment)
-                    .ok_or(PackError::Overflow {
-                        index,
-                        size: b.size,
-                    })?;
+                b.size.div_ceil(alignment).checked_mul(alignment).ok_or(PackError::Overflow { index, size: b.size })?;
             orig.push(index);
             size.push(aligned);
         }
@@ -124,13 +114,9 @@ impl Instance {
                 Ok(v) => v,
                 Err(_) => {
                     // Name a buffer live in the overflowing section.
-                    let index = (0..n)
-                        .find(|&i| (start[i] as usize) <= s && s < end[i] as usize)
-                        .map_or(0, |i| orig[i]);
-                    return Err(PackError::Overflow {
-                        index,
-                        size: buffers[index].size,
-                    });
+                    let index =
+                        (0..n).find(|&i| (start[i] as usize) <= s && s < end[i] as usize).map_or(0, |i| orig[i]);
+                    return Err(PackError::Overflow { index, size: buffers[index].size });
                 }
             };
         }
@@ -138,10 +124,7 @@ impl Instance {
         // Components, peeled recursively. Members are kept sorted by start, so a sweep finds the cuts.
         let mut by_start: Vec<usize> = (0..n).collect();
         by_start.sort_unstable_by_key(|&i| (start[i], i));
-        let mut work: Vec<(Vec<usize>, u64)> = split(&by_start, &start, &end)
-            .into_iter()
-            .map(|m| (m, 0))
-            .collect();
+        let mut work: Vec<(Vec<usize>, u64)> = split(&by_start, &start, &end).into_iter().map(|m| (m, 0)).collect();
         let mut components = Vec::new();
         let mut pinned = Vec::new();
         // Peeling is O(members) per level; a cap keeps deeply nested inputs near-linear.
@@ -151,28 +134,16 @@ impl Instance {
             let hi = members.iter().map(|&i| end[i]).max().unwrap_or(0);
             let (full, rest): (Vec<usize>, Vec<usize>) = if peel_budget >= members.len() {
                 peel_budget -= members.len();
-                members
-                    .iter()
-                    .partition(|&&i| start[i] == lo && end[i] == hi)
+                members.iter().partition(|&&i| start[i] == lo && end[i] == hi)
             } else {
                 (Vec::new(), members.clone())
             };
             if full.is_empty() || rest.is_empty() && full.len() == 1 {
                 // Nothing to peel (or a lone buffer, which packs at its base anyway).
-                let lower_bound = load[lo as usize..hi as usize]
-                    .iter()
-                    .copied()
-                    .max()
-                    .unwrap_or(0)
-                    - base;
+                let lower_bound = load[lo as usize..hi as usize].iter().copied().max().unwrap_or(0) - base;
                 let mut members = members;
                 members.sort_unstable();
-                components.push(Component {
-                    members,
-                    lower_bound,
-                    sections: (lo, hi),
-                    base,
-                });
+                components.push(Component { members, lower_bound, sections: (lo, hi), base });
                 continue;
             }
             let mut top = base;
@@ -193,14 +164,9 @@ impl Instance {
             }
         }
         pinned.sort_unstable();
-        let free = (0..n as u32)
-            .filter(|&i| comp_of[i as usize] != u32::MAX)
-            .collect();
+        let free = (0..n as u32).filter(|&i| comp_of[i as usize] != u32::MAX).collect();
         let lower_bound = load.iter().copied().max().unwrap_or(0);
-        let length = orig
-            .iter()
-            .map(|&o| buffers[o].upper - buffers[o].lower)
-            .collect();
+        let length = orig.iter().map(|&o| buffers[o].upper - buffers[o].lower).collect();
         Ok(Instance {
             orig,
             size,
@@ -219,11 +185,7 @@ impl Instance {
 
     /// The top of the highest pinned buffer (0 if none).
     pub fn pinned_height(&self) -> u64 {
-        self.pinned
-            .iter()
-            .map(|&(i, o)| o + self.size[i])
-            .max()
-            .unwrap_or(0)
+        self.pinned.iter().map(|&(i, o)| o + self.size[i]).max().unwrap_or(0)
     }
 
     /// Number of (non-zero-size) buffers.
@@ -239,10 +201,7 @@ impl Instance {
             if c != u32::MAX {
                 out[o] = relative[i]
                     .checked_add(self.components[c as usize].base)
-                    .ok_or(PackError::Overflow {
-                        index: o,
-                        size: self.size[i],
-                    })?;
+                    .ok_or(PackError::Overflow { index: o, size: self.size[i] })?;
             }
         }
         for &(i, offset) in &self.pinned {
@@ -261,11 +220,7 @@ fn split(members: &[usize], start: &[u32], end: &[u32]) -> Vec<Vec<usize>> {
             Some(g) if start[i] < reach => g.push(i),
             _ => groups.push(vec![i]),
         }
-        reach = if groups.last().is_some_and(|g| g.len() == 1) {
-            end[i]
-        } else {
-            reach.max(end[i])
-        };
+        reach = if groups.last().is_some_and(|g| g.len() == 1) { end[i] } else { reach.max(end[i]) };
     }
     groups
 }

@@ -86,26 +86,17 @@ impl Budget {
 
     /// Greedy portfolio only, no search.
     pub fn greedy_only() -> Self {
-        Budget {
-            effort: 0,
-            time_limit: None,
-        }
+        Budget { effort: 0, time_limit: None }
     }
 
     /// A deterministic budget of `effort` work units.
     pub fn with_effort(effort: u64) -> Self {
-        Budget {
-            effort,
-            time_limit: None,
-        }
+        Budget { effort, time_limit: None }
     }
 
     /// The same budget, also stopped after `limit` of wall-clock time.
     pub fn with_time_limit(self, limit: Duration) -> Self {
-        Budget {
-            time_limit: Some(limit),
-            ..self
-        }
+        Budget { time_limit: Some(limit), ..self }
     }
 }
 
@@ -129,11 +120,7 @@ pub struct PackOptions {
 
 impl Default for PackOptions {
     fn default() -> Self {
-        PackOptions {
-            alignment: 1,
-            budget: Budget::default(),
-            seed: 0,
-        }
+        PackOptions { alignment: 1, budget: Budget::default(), seed: 0 }
     }
 }
 
@@ -283,21 +270,10 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
     let started = Instant::now();
     let inst = Instance::new(buffers, opts.alignment)?;
     let lower = inst.lower_bound;
-    let mut stats = PackStats {
-        components: inst.components.len(),
-        ..PackStats::default()
-    };
+    let mut stats = PackStats { components: inst.components.len(), ..PackStats::default() };
     if inst.len() == 0 {
         stats.proved_lower_bound = 0;
-        return finish(
-            buffers,
-            vec![0; buffers.len()],
-            0,
-            lower,
-            Strategy::Trivial,
-            true,
-            stats,
-        );
+        return finish(buffers, vec![0; buffers.len()], 0, lower, Strategy::Trivial, true, stats);
     }
 
     // Greedy portfolio, best run per component. Offsets and heights below are relative to component bases.
@@ -305,19 +281,13 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
     stats.greedy_height = portfolio.best_single_height.max(inst.pinned_height());
     let mut offsets = portfolio.offsets;
     let mut comp_height = portfolio.component_heights;
-    let mut comp_strategy: Vec<Strategy> = portfolio
-        .component_runs
-        .iter()
-        .map(|&(order, fit)| Strategy::Greedy { order, fit })
-        .collect();
+    let mut comp_strategy: Vec<Strategy> =
+        portfolio.component_runs.iter().map(|&(order, fit)| Strategy::Greedy { order, fit }).collect();
     let mut comp_proved: Vec<u64> = inst.components.iter().map(|c| c.lower_bound).collect();
     let base: Vec<u64> = inst.components.iter().map(|c| c.base).collect();
     let absolute = |c: usize, h: u64| base[c].saturating_add(h);
-    stats.portfolio_height = (0..inst.components.len())
-        .map(|c| absolute(c, comp_height[c]))
-        .max()
-        .unwrap_or(0)
-        .max(inst.pinned_height());
+    stats.portfolio_height =
+        (0..inst.components.len()).map(|c| absolute(c, comp_height[c])).max().unwrap_or(0).max(inst.pinned_height());
 
     // Search, on the components that set the height, tallest first. `goal`: the height already forced by the
     // lower bound and by components settled so far; lowering any component below it gains nothing.
@@ -327,11 +297,8 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
     let mut goal = lower.max(inst.pinned_height());
     let mut effort_left = opts.budget.effort;
     let needs_work = |c: usize, h: u64, goal: u64, proved: u64| absolute(c, h) > goal && h > proved;
-    let needing: Vec<usize> = order
-        .iter()
-        .copied()
-        .filter(|&c| needs_work(c, comp_height[c], goal, comp_proved[c]))
-        .collect();
+    let needing: Vec<usize> =
+        order.iter().copied().filter(|&c| needs_work(c, comp_height[c], goal, comp_proved[c])).collect();
     for (k, &c) in needing.iter().enumerate() {
         // Earlier components may have settled at a height that makes this one's improvement pointless.
         if !needs_work(c, comp_height[c], goal, comp_proved[c]) {
@@ -353,11 +320,7 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
             continue;
         }
         // The tallest component matters most; later ones keep a quarter in reserve (plus whatever is unused).
-        let share = if k + 1 == needing.len() {
-            effort_left
-        } else {
-            effort_left - effort_left / 4
-        };
+        let share = if k + 1 == needing.len() { effort_left } else { effort_left - effort_left / 4 };
         let Some(outcome) = search::improve(
             &inst,
             c,
@@ -369,9 +332,7 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
                 seed: opts.seed ^ (c as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             },
         ) else {
-            stats.search_skipped = Some(SearchSkip::TooDense {
-                buffers: comp.members.len(),
-            });
+            stats.search_skipped = Some(SearchSkip::TooDense { buffers: comp.members.len() });
             goal = goal.max(absolute(c, comp_height[c]));
             continue;
         };
@@ -391,18 +352,11 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
         goal = goal.max(absolute(c, comp_height[c]));
     }
 
-    let height = (0..inst.components.len())
-        .map(|c| absolute(c, comp_height[c]))
-        .max()
-        .unwrap_or(0)
-        .max(inst.pinned_height());
+    let height =
+        (0..inst.components.len()).map(|c| absolute(c, comp_height[c])).max().unwrap_or(0).max(inst.pinned_height());
     // Every component needs at least its base plus its proved bound; the height is optimal when one of them
     // (or the sweep bound) reaches it.
-    let proved = (0..inst.components.len())
-        .map(|c| absolute(c, comp_proved[c]))
-        .max()
-        .unwrap_or(0)
-        .max(lower);
+    let proved = (0..inst.components.len()).map(|c| absolute(c, comp_proved[c])).max().unwrap_or(0).max(lower);
     stats.proved_lower_bound = proved;
     let strategy = order
         .iter()
@@ -411,15 +365,7 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
         .min()
         .map_or(Strategy::Pinned, |c| comp_strategy[c]);
     let full = inst.scatter(&offsets, buffers.len())?;
-    finish(
-        buffers,
-        full,
-        height,
-        lower,
-        strategy,
-        proved >= height,
-        stats,
-    )
+    finish(buffers, full, height, lower, strategy, proved >= height, stats)
 }
 
 /// Validates the layout with the independent checker before handing it out.
@@ -433,12 +379,5 @@ fn finish(
     stats: PackStats,
 ) -> Result<Packing, PackError> {
     check(buffers, &offsets).map_err(PackError::Internal)?;
-    Ok(Packing {
-        offsets,
-        height,
-        lower_bound,
-        strategy,
-        optimal,
-        stats,
-    })
+    Ok(Packing { offsets, height, lower_bound, strategy, optimal, stats })
 }

@@ -102,10 +102,7 @@ impl Problem {
         by_start.sort_unstable_by_key(|&i| (start[i as usize], i));
         let mut pairs = 0usize;
         for (k, &a) in by_start.iter().enumerate() {
-            pairs += by_start[k + 1..]
-                .iter()
-                .take_while(|&&b| start[b as usize] < end[a as usize])
-                .count();
+            pairs += by_start[k + 1..].iter().take_while(|&&b| start[b as usize] < end[a as usize]).count();
             if pairs > MAX_OVERLAPS {
                 return None;
             }
@@ -127,8 +124,7 @@ impl Problem {
             }
         }
         let mut twin = vec![None; m];
-        let mut seen: std::collections::HashMap<(u32, u32, u64), u32> =
-            std::collections::HashMap::new();
+        let mut seen: std::collections::HashMap<(u32, u32, u64), u32> = std::collections::HashMap::new();
         for i in 0..m {
             if let Some(prev) = seen.insert((start[i], end[i], size[i]), i as u32) {
                 twin[i] = Some(prev);
@@ -255,36 +251,19 @@ impl<'p> Decide<'p> {
             }
             work += 2 * u64::from(p.end[i] - p.start[i]);
         }
-        let noise = if heuristic >= HEURISTICS {
-            (0..m).map(|_| rng.next()).collect()
-        } else {
-            Vec::new()
-        };
+        let noise = if heuristic >= HEURISTICS { (0..m).map(|_| rng.next()).collect() } else { Vec::new() };
         Decide {
             p,
             cap,
             heuristic,
             noise,
-            hot: p
-                .size
-                .iter()
-                .map(|&size| Hot {
-                    minoff: 0,
-                    eff: 0,
-                    size,
-                    placed: false,
-                })
-                .collect(),
+            hot: p.size.iter().map(|&size| Hot { minoff: 0, eff: 0, size, placed: false }).collect(),
             offset: vec![0; m],
             rem,
             cuts,
             trail: Vec::with_capacity(m),
             undo: Vec::new(),
-            witness: p
-                .section_members
-                .iter()
-                .map(|m| m.first().copied().unwrap_or(0))
-                .collect(),
+            witness: p.section_members.iter().map(|m| m.first().copied().unwrap_or(0)).collect(),
             cands: Vec::new(),
             nodes: 0,
             effort: work,
@@ -300,10 +279,7 @@ impl<'p> Decide<'p> {
     fn solve(&mut self, members: Vec<u32>, lo: usize, hi: usize) -> Status {
         // The subproblem is fully described by its members and their minimum offsets: placed buffers only act
         // through those. Reuse a proof of failure or a layout found in another branch.
-        let key: Vec<(u32, u64)> = members
-            .iter()
-            .map(|&b| (b, self.hot[b as usize].minoff))
-            .collect();
+        let key: Vec<(u32, u64)> = members.iter().map(|&b| (b, self.hot[b as usize].minoff)).collect();
         self.effort += key.len() as u64;
         match self.memo.get(&key, self.cap) {
             Some(Known::Failed) => return Status::NotFound,
@@ -339,11 +315,7 @@ impl<'p> Decide<'p> {
                 let b = b as usize;
                 let span = &self.rem[p.start[b] as usize..p.end[b] as usize];
                 work += span.len() as u64;
-                (
-                    span.iter().copied().max().unwrap_or(0),
-                    p.length[b],
-                    u128::from(p.size[b]) * u128::from(p.length[b]),
-                )
+                (span.iter().copied().max().unwrap_or(0), p.length[b], u128::from(p.size[b]) * u128::from(p.length[b]))
             })
             .collect();
         self.effort += work + members.len() as u64 * 8;
@@ -372,12 +344,7 @@ impl<'p> Decide<'p> {
         for (r, &k) in order.iter().enumerate() {
             rank[k] = r as u32;
         }
-        let part = Part {
-            members,
-            rank,
-            lo,
-            hi,
-        };
+        let part = Part { members, rank, lo, hi };
         self.dfs(&part, 0, 0)
     }
 
@@ -499,11 +466,8 @@ impl<'p> Decide<'p> {
             let mark = (self.trail.len(), self.undo.len());
             cut_points.clear();
             let hatless = self.place(b as usize, x, &mut cut_points);
-            let child = if cut_points.is_empty() {
-                self.dfs(part, x, rank + 1)
-            } else {
-                self.decompose(part, &mut cut_points)
-            };
+            let child =
+                if cut_points.is_empty() { self.dfs(part, x, rank + 1) } else { self.decompose(part, &mut cut_points) };
             if child != Status::NotFound {
                 status = child;
                 break;
@@ -608,10 +572,7 @@ impl<'p> Decide<'p> {
     }
 
     fn height(&self) -> u64 {
-        (0..self.p.len())
-            .map(|i| self.offset[i] + self.p.size[i])
-            .max()
-            .unwrap_or(0)
+        (0..self.p.len()).map(|i| self.offset[i] + self.p.size[i]).max().unwrap_or(0)
     }
 }
 
@@ -712,13 +673,7 @@ fn attempt(
     deadline: Option<Instant>,
     rng: &mut SplitMix,
 ) -> Decision {
-    let mut out = Decision {
-        status: Status::Aborted,
-        solution: None,
-        nodes: 0,
-        effort: 0,
-        timed_out: false,
-    };
+    let mut out = Decision { status: Status::Aborted, solution: None, nodes: 0, effort: 0, timed_out: false };
     for &h in heuristics {
         let left = left.saturating_sub(out.effort);
         if left == 0 {
@@ -753,24 +708,12 @@ fn attempt(
 /// the bound proved so far if higher) over the preorder portfolio, and (2) with as much effort again, a descent
 /// from the best height: decisions at `best - step`, the step halving after each failure to answer. Decision
 /// difficulty is erratic in the cap, so the descent keeps probing different caps rather than bisecting once.
-pub(crate) fn improve(
-    inst: &Instance,
-    c: usize,
-    height: u64,
-    goal: u64,
-    limits: &Limits,
-) -> Option<Outcome> {
+pub(crate) fn improve(inst: &Instance, c: usize, height: u64, goal: u64, limits: &Limits) -> Option<Outcome> {
     let p = Problem::new(inst, c)?;
     let grain = p.grain;
     let mut rng = SplitMix::new(limits.seed);
     let mut memo = Memo::default();
-    let mut out = Outcome {
-        improved: None,
-        proved_lower_bound: p.lower_bound,
-        nodes: 0,
-        effort: 0,
-        timed_out: false,
-    };
+    let mut out = Outcome { improved: None, proved_lower_bound: p.lower_bound, nodes: 0, effort: 0, timed_out: false };
     let goal = goal.max(p.lower_bound);
     let mut best = height;
     let mut target = goal;
@@ -785,11 +728,7 @@ pub(crate) fn improve(
         out.effort += d.effort;
         out.timed_out |= d.timed_out;
     };
-    while best > goal
-        && best > out.proved_lower_bound
-        && out.effort < limits.effort
-        && !out.timed_out
-    {
+    while best > goal && best > out.proved_lower_bound && out.effort < limits.effort && !out.timed_out {
         let count = HEURISTICS + 1;
         let fixed: Vec<usize> = (0..HEURISTICS).collect();
         // (1) The descent, with the effort of six runs at this round's limit: decisions
@@ -810,16 +749,7 @@ pub(crate) fn improve(
             let left = (limits.effort - out.effort).min(quota - (out.effort - descent_start));
             let h = [(round + probe) % count];
             probe += 1;
-            let d = attempt(
-                &p,
-                &mut memo,
-                cap,
-                &h,
-                limit,
-                left,
-                limits.deadline,
-                &mut rng,
-            );
+            let d = attempt(&p, &mut memo, cap, &h, limit, left, limits.deadline, &mut rng);
             record(&mut out, &d);
             tracing::trace!(round, limit, cap, status = ?d.status, effort = d.effort, total = out.effort, "pack descent");
             match (d.status, d.solution) {
@@ -859,16 +789,7 @@ pub(crate) fn improve(
                 break;
             };
             let left = limits.effort - out.effort;
-            let d = attempt(
-                &p,
-                &mut memo,
-                target,
-                heuristics,
-                run_limit,
-                left,
-                limits.deadline,
-                &mut rng,
-            );
+            let d = attempt(&p, &mut memo, target, heuristics, run_limit, left, limits.deadline, &mut rng);
             record(&mut out, &d);
             if !first {
                 random_spent += d.effort;
@@ -940,11 +861,8 @@ mod tests {
     }
 
     fn instance() -> impl Strategy<Value = Vec<Buffer>> {
-        prop::collection::vec((0u64..8, 1u64..6, 1u64..7), 1..8).prop_map(|v| {
-            v.into_iter()
-                .map(|(l, len, s)| Buffer::new(l, l + len, s))
-                .collect()
-        })
+        prop::collection::vec((0u64..8, 1u64..6, 1u64..7), 1..8)
+            .prop_map(|v| v.into_iter().map(|(l, len, s)| Buffer::new(l, l + len, s)).collect())
     }
 
     #[test]
