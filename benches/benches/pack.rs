@@ -35,15 +35,15 @@ pub fn transformer_stack(buffers: usize, seed: u64) -> Vec<Buffer> {
         let h = hidden * seq;
         let scores = 2 * seq * seq * 16;
         out.extend([
-            Buffer::new(t, t + 9, h),          // residual, read by the next layer
-            Buffer::new(t + 1, t + 2, h),      // layer norm
-            Buffer::new(t + 1, t + 3, 3 * h),  // qkv
-            Buffer::new(t + 2, t + 4, scores), // attention scores
-            Buffer::new(t + 3, t + 5, scores), // softmax
-            Buffer::new(t + 4, t + 6, h),      // attention output
-            Buffer::new(t + 5, t + 7, h),      // projection
-            Buffer::new(t + 6, t + 8, 4 * h),  // mlp up
-            Buffer::new(t + 7, t + 9, 4 * h),  // activation
+            Buffer::new(t, t + 9, h),                      // residual, read by the next layer
+            Buffer::new(t + 1, t + 2, h),                  // layer norm
+            Buffer::new(t + 1, t + 3, 3 * h),              // qkv
+            Buffer::new(t + 2, t + 4, scores),             // attention scores
+            Buffer::new(t + 3, t + 5, scores),             // softmax
+            Buffer::new(t + 4, t + 6, h),                  // attention output
+            Buffer::new(t + 5, t + 7, h),                  // projection
+            Buffer::new(t + 6, t + 8, 4 * h),              // mlp up
+            Buffer::new(t + 7, t + 9, 4 * h),              // activation
             Buffer::new(t + 8, t + 10, h + next() % 4096), // mlp down, odd size
         ]);
     }
@@ -67,10 +67,7 @@ fn minimalloc_dir() -> PathBuf {
 fn minimalloc(c: &mut Criterion) {
     let dir = minimalloc_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        println!(
-            "skipping the MiniMalloc benchmarks: {} not found",
-            dir.display()
-        );
+        println!("skipping the MiniMalloc benchmarks: {} not found", dir.display());
         return;
     };
     let mut files: Vec<PathBuf> = entries
@@ -81,9 +78,7 @@ fn minimalloc(c: &mut Criterion) {
     let mut group = c.benchmark_group("pack/minimalloc");
     group.sample_size(10);
     for path in files {
-        let name = path
-            .file_stem()
-            .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+        let name = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
         let Ok(text) = std::fs::read_to_string(&path) else {
             println!("skipping {}: unreadable", path.display());
             continue;
@@ -93,13 +88,8 @@ fn minimalloc(c: &mut Criterion) {
             continue;
         };
         let buffers: Vec<Buffer> = rows.iter().map(|r| r.buffer).collect();
-        let greedy = PackOptions {
-            budget: Budget::greedy_only(),
-            ..PackOptions::default()
-        };
-        group.bench_function(format!("{name}/greedy"), |b| {
-            b.iter(|| pack::pack(black_box(&buffers), &greedy))
-        });
+        let greedy = PackOptions { budget: Budget::greedy_only(), ..PackOptions::default() };
+        group.bench_function(format!("{name}/greedy"), |b| b.iter(|| pack::pack(black_box(&buffers), &greedy)));
         group.bench_function(format!("{name}/default"), |b| {
             b.iter(|| pack::pack(black_box(&buffers), &PackOptions::default()))
         });
