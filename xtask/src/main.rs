@@ -1,10 +1,22 @@
 //! cuplan's developer tasks, run as `cargo xtask <task>`: `bench` (the benchmark report), `gpu-check` (the
 //! prepared script for a machine with a GPU) and `fuzz` (the fuzz targets for a fixed time).
 
-use anyhow::{bail, Result};
+mod bench;
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
 
 fn usage() -> &'static str {
-    "usage: cargo xtask <bench [--quick] | gpu-check | fuzz [--seconds N]>"
+    concat!(
+        "usage: cargo xtask <task>\n\n",
+        "tasks:\n",
+        "  bench [--quick] [--out DIR] [--no-ort] [--record]\n",
+        "      the benchmark report in target/cuplan-report (--quick: the CI-sized run; --no-ort: skip\n",
+        "      onnxruntime; --record: also write docs/benchmarks.md)\n",
+        "  gpu-check            (not yet available)\n",
+        "  fuzz [--seconds N]   (not yet available)",
+    )
 }
 
 fn main() -> Result<()> {
@@ -14,6 +26,48 @@ fn main() -> Result<()> {
             println!("{}", usage());
             Ok(())
         }
+        Some("bench") => bench_task(&args[1..]),
         Some(other) => bail!("unknown or not yet available task {other:?}\n{}", usage()),
     }
+}
+
+fn bench_task(args: &[String]) -> Result<()> {
+    let mut opts = bench::BenchOpts {
+        quick: false,
+        out: bench_root().join("target").join("cuplan-report"),
+        ort: true,
+        record: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => opts.quick = true,
+            "--no-ort" => opts.ort = false,
+            "--record" => opts.record = true,
+            "--out" => opts.out = PathBuf::from(it.next().context("--out needs a directory")?),
+            other => bail!("bench: unknown option {other:?}\n{}", usage()),
+        }
+    }
+    // Timings of an unoptimised build (and the debug-only consistency checks of the pipeline) say nothing:
+    // run the task again from a release build.
+    if cfg!(debug_assertions) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        eprintln!("bench: building xtask in release mode for the measurements");
+        let status = Command::new(cargo)
+            .current_dir(bench_root())
+            .args(["run", "--release", "--quiet", "--package", "xtask", "--", "bench"])
+            .args(args)
+            .status()
+            .context("running cargo")?;
+        if !status.success() {
+            bail!("the release run of `xtask bench` failed ({status})");
+        }
+        return Ok(());
+    }
+    bench::run(&opts)
+}
+
+/// The workspace root.
+fn bench_root() -> PathBuf {
+    cuplan_benches::workspace_root()
 }
