@@ -364,7 +364,7 @@ pub fn analyse(
                 size: align_up(unit_bufs[u].size, a),
                 offset: unit_off[u],
                 writer: model.writer[heads[u] as usize],
-                froms: froms[last[u] as usize].to_vec(),
+                froms: froms[last[u] as usize],
             })
             .collect();
         let stats = reuse::prefer_ordered(&mut units, pool_bytes, &mut reach);

@@ -25,9 +25,9 @@ struct AddressMap {
 }
 
 impl AddressMap {
-    /// Occupants of `[lo, hi)`, ascending and deduplicated.
-    fn occupants(&self, lo: u64, hi: u64) -> Vec<u32> {
-        let mut out: Vec<u32> = Vec::new();
+    /// Occupants of `[lo, hi)`, ascending and deduplicated, into `out` (cleared first).
+    fn occupants(&self, lo: u64, hi: u64, out: &mut Vec<u32>) {
+        out.clear();
         if let Some((_, &(e, j))) = self.map.range(..lo).next_back() {
             if e > lo {
                 out.push(j);
@@ -36,20 +36,20 @@ impl AddressMap {
         out.extend(self.map.range(lo..hi).map(|(_, &(_, j))| j));
         out.sort_unstable();
         out.dedup();
-        out
     }
 
-    /// Make `who` the occupant of `[lo, hi)`; returns the previous occupants, ascending and deduplicated.
-    fn occupy(&mut self, lo: u64, hi: u64, who: u32) -> Vec<u32> {
-        let mut starts: Vec<u64> = Vec::new();
+    /// Make `who` the occupant of `[lo, hi)`; the previous occupants go to `displaced` (cleared first),
+    /// ascending and deduplicated. `starts` is scratch space.
+    fn occupy(&mut self, lo: u64, hi: u64, who: u32, displaced: &mut Vec<u32>, starts: &mut Vec<u64>) {
+        starts.clear();
+        displaced.clear();
         if let Some((&s, &(e, _))) = self.map.range(..lo).next_back() {
             if e > lo {
                 starts.push(s);
             }
         }
         starts.extend(self.map.range(lo..hi).map(|(&s, _)| s));
-        let mut displaced = Vec::with_capacity(starts.len());
-        for s in starts {
+        for &s in starts.iter() {
             if let Some((e, j)) = self.map.remove(&s) {
                 displaced.push(j);
                 if s < lo {
@@ -63,7 +63,6 @@ impl AddressMap {
         self.map.insert(lo, (hi, who));
         displaced.sort_unstable();
         displaced.dedup();
-        displaced
     }
 }
 
@@ -88,10 +87,11 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(u32, u32)> {
     by_start.sort_by_key(|&i| (buffers[i].live.0, i));
     let mut map = AddressMap::default();
     let mut out = Vec::new();
+    let (mut displaced, mut starts) = (Vec::new(), Vec::new());
     for &i in &by_start {
         let b = &buffers[i];
-        let displaced = map.occupy(b.offset, b.offset + b.size, i as u32);
-        for j in displaced {
+        map.occupy(b.offset, b.offset + b.size, i as u32, &mut displaced, &mut starts);
+        for &j in &displaced {
             for &from in buffers[j as usize].froms {
                 if from != b.writer {
                     out.push((from, b.writer));
@@ -106,7 +106,7 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(u32, u32)> {
 
 /// A unit of placement: a buffer, or an in-place chain whose members share one offset.
 #[derive(Clone, Debug)]
-pub(crate) struct Unit {
+pub(crate) struct Unit<'a> {
     /// Live steps of the whole chain.
     pub live: (u32, u32),
     /// Aligned size.
@@ -116,7 +116,7 @@ pub(crate) struct Unit {
     /// Writer of the first member (the one that takes the bytes).
     pub writer: u32,
     /// Groups that must finish before the bytes are taken from the last member.
-    pub froms: Vec<u32>,
+    pub froms: &'a [u32],
 }
 
 /// Units live with one unit that a revisit may look at; above it the unit stays where it is.
@@ -135,7 +135,7 @@ pub(crate) struct PreferStats {
 
 /// Move units whose place adds orderings to equally good places that add none (see the module docs). `height`
 /// is the pool size the packer reached; no unit ends above it.
-pub(crate) fn prefer_ordered(units: &mut [Unit], height: u64, reach: &mut Reach<'_>) -> PreferStats {
+pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>) -> PreferStats {
     let n = units.len();
     let mut by_start: Vec<usize> = (0..n).collect();
     by_start.sort_by_key(|&i| (units[i].live.0, i));
@@ -143,7 +143,8 @@ pub(crate) fn prefer_ordered(units: &mut [Unit], height: u64, reach: &mut Reach<
     // Units already swept that may still be live: (end, unit).
     let mut active: BTreeSet<(u32, usize)> = BTreeSet::new();
     let mut stats = PreferStats::default();
-    let adds_order = |reach: &mut Reach<'_>, units: &[Unit], occupants: &[u32], writer: u32| {
+    let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: u32| {
         occupants.iter().any(|&j| units[j as usize].froms.iter().any(|&f| !reach.ordered(f, writer)))
     };
     for (k, &i) in by_start.iter().enumerate() {
@@ -155,7 +156,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit], height: u64, reach: &mut Reach<
             active.remove(&(e, j));
         }
         let (size, writer) = (units[i].size, units[i].writer);
-        let here = map.occupants(units[i].offset, units[i].offset + size);
+        map.occupants(units[i].offset, units[i].offset + size, &mut here);
         if adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
             // Byte ranges of every unit live at the same time as this one.
@@ -176,7 +177,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit], height: u64, reach: &mut Reach<
                             if best.is_some_and(|(l, o)| (l, o) <= (len, off)) {
                                 continue;
                             }
-                            let occ = map.occupants(off, off + size);
+                            map.occupants(off, off + size, &mut occ);
                             if !adds_order(reach, units, &occ, writer) {
                                 best = Some((len, off));
                             }
@@ -190,7 +191,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit], height: u64, reach: &mut Reach<
                 }
             }
         }
-        map.occupy(units[i].offset, units[i].offset + size, i as u32);
+        map.occupy(units[i].offset, units[i].offset + size, i as u32, &mut scratch_d, &mut scratch_s);
         active.insert((end, i));
     }
     stats
@@ -217,16 +218,14 @@ mod tests {
 
     #[test]
     fn a_unit_moves_to_a_gap_its_writer_already_follows() {
-        // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Unit A written by 1, read by 1 only... Build:
-        // A: written by g1, read by g2? Use readers as froms directly.
-        // Units: A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
+        // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Units (froms are the groups that must finish first): A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
         // 2 is not an ancestor of 3, 1 is: C should move to offset 0 (A's bytes).
         let dag = GroupDag::from_preds(vec![vec![], vec![0], vec![0], vec![1]]);
         let mut reach = Reach::new(&dag, 64);
         let mut units = vec![
-            Unit { live: (0, 1), size: 256, offset: 0, writer: 1, froms: vec![1] },
-            Unit { live: (0, 1), size: 256, offset: 256, writer: 2, froms: vec![2] },
-            Unit { live: (1, 2), size: 256, offset: 256, writer: 3, froms: vec![3] },
+            Unit { live: (0, 1), size: 256, offset: 0, writer: 1, froms: &[1] },
+            Unit { live: (0, 1), size: 256, offset: 256, writer: 2, froms: &[2] },
+            Unit { live: (1, 2), size: 256, offset: 256, writer: 3, froms: &[3] },
         ];
         let s = prefer_ordered(&mut units, 512, &mut reach);
         assert_eq!(s, PreferStats { revisited: 1, moved: 1 });
