@@ -2,6 +2,7 @@
 //! prepared script for a machine with a GPU) and `fuzz` (the fuzz targets for a fixed time).
 
 mod bench;
+mod gpu_check;
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -14,7 +15,9 @@ fn usage() -> &'static str {
         "  bench [--quick] [--out DIR] [--no-ort] [--record]\n",
         "      the benchmark report in target/cuplan-report (--quick: the CI-sized run; --no-ort: skip\n",
         "      onnxruntime; --record: also write docs/benchmarks.md)\n",
-        "  gpu-check            (not yet available)\n",
+        "  gpu-check [--prepare] [--allow-skip]\n",
+        "      --prepare: build the bundle (PTX, models, reference outputs, run.sh) in target/gpu-check;\n",
+        "      without it: run that bundle's checks on this machine's GPU\n",
         "  fuzz [--seconds N]   (not yet available)",
     )
 }
@@ -27,6 +30,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some("bench") => bench_task(&args[1..]),
+        Some("gpu-check") => gpu_check::main(&args[1..]),
         Some(other) => bail!("unknown or not yet available task {other:?}\n{}", usage()),
     }
 }

@@ -205,11 +205,7 @@ impl Blas {
     /// [`CudaError::OutOfMemory`] for the workspace.
     pub fn new(device: &Device, stream: &Stream) -> CudaResult<Self> {
         if !ffi::cublas_lib_present() {
-            return Err(CudaError::CublasUnavailable {
-                reason: "libcublas.so.12 cannot be loaded (install the CUDA toolkit's cuBLAS, or the PyPI wheel \
-                         nvidia-cublas-cu12, and put its directory on LD_LIBRARY_PATH)"
-                    .to_owned(),
-            });
+            return Err(CudaError::CublasUnavailable { reason: crate::probe::CUBLAS_MISSING.to_owned() });
         }
         let mib = if device.info().compute_capability.0 >= 9 { 32 } else { 4 };
         let workspace = device.alloc("cublas-workspace", mib << 20)?;

@@ -94,12 +94,15 @@ where
     Ok(Graph { inner: graph, main: main.clone() })
 }
 
-fn fork_sides(main: &Stream, side: &[Stream], fork: &Event) -> CudaResult<()> {
+/// Records `fork` on `main` and makes every side stream wait for it.
+pub(crate) fn fork_sides(main: &Stream, side: &[Stream], fork: &Event) -> CudaResult<()> {
     main.record(fork)?;
     side.iter().try_for_each(|s| s.wait(fork))
 }
 
-fn join_sides(main: &Stream, side: &[Stream], joins: &[Event]) -> CudaResult<()> {
+/// Records one of `joins` on each side stream and makes `main` wait for it; keeps going after an error and returns
+/// the first.
+pub(crate) fn join_sides(main: &Stream, side: &[Stream], joins: &[Event]) -> CudaResult<()> {
     let mut first_err = None;
     for (s, ev) in side.iter().zip(joins) {
         // Keep joining after an error, so that as many streams as possible leave capture mode.

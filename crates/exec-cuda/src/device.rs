@@ -9,7 +9,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent_flags, CUresult};
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr as _};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr as _, PinnedHostSlice,
+};
 
 use crate::error::{check_identifier, driver, CudaError, CudaResult};
 use crate::ffi::{self, RawArg};
@@ -75,7 +77,35 @@ impl Device {
         stream.synchronize().map_err(driver("cuStreamSynchronize"))?;
         // With event tracking off, the returned guard records nothing.
         let base = slice.device_ptr(&stream).0;
-        Ok(DeviceBuffer { label: label.to_owned(), bytes, base, ctx: self.ctx.clone(), slice: Some(slice) })
+        Ok(DeviceBuffer {
+            label: label.to_owned(),
+            bytes,
+            base,
+            ctx: self.ctx.clone(),
+            storage: Some(Storage::Device(slice)),
+        })
+    }
+
+    /// Allocates `bytes` of zeroed, page-locked host memory mapped into the device's address space, labelled
+    /// `label`. Kernels and [`Stream::copy`] reach it through the same [`DevicePtr`]s as device memory, a copy into
+    /// it is capturable (it is not pageable), and the host reads it in place ([`DeviceBuffer::host_bytes`]) once
+    /// the work that wrote it is done. The plan's host region (Memcpy-to-host results) lives here.
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfMemory`] when the host cannot pin that much; [`CudaError::Driver`] otherwise.
+    pub fn alloc_host_mapped(&self, label: &str, bytes: usize) -> CudaResult<DeviceBuffer> {
+        let len = bytes.max(1);
+        let (slice, base) = ffi::alloc_pinned_mapped(&self.ctx, len).map_err(|e| match e.0 {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => CudaError::OutOfMemory { requested: bytes },
+            _ => driver("cuMemHostAlloc")(e),
+        })?;
+        Ok(DeviceBuffer {
+            label: label.to_owned(),
+            bytes,
+            base,
+            ctx: self.ctx.clone(),
+            storage: Some(Storage::Pinned(slice)),
+        })
     }
 
     /// Creates a non-blocking stream.
@@ -94,6 +124,16 @@ impl Device {
     pub fn event(&self) -> CudaResult<Event> {
         let inner =
             self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(driver("cuEventCreate"))?;
+        Ok(Event { inner })
+    }
+
+    /// Creates an event that records a timestamp, for [`Event::elapsed_us`] (not for plan ordering: timing events
+    /// cost more to record).
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`].
+    pub fn timing_event(&self) -> CudaResult<Event> {
+        let inner = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(driver("cuEventCreate"))?;
         Ok(Event { inner })
     }
 
@@ -142,7 +182,15 @@ pub struct DeviceBuffer {
     base: u64,
     ctx: Arc<CudaContext>,
     // Option so that Drop can free it after synchronising.
-    slice: Option<CudaSlice<u8>>,
+    storage: Option<Storage>,
+}
+
+/// What a [`DeviceBuffer`] owns.
+enum Storage {
+    /// Device memory (held only to be freed on drop: kernels reach it through `base`).
+    Device(#[allow(dead_code)] CudaSlice<u8>),
+    /// Pinned host memory mapped into the device's address space.
+    Pinned(PinnedHostSlice<u8>),
 }
 
 impl fmt::Debug for DeviceBuffer {
@@ -151,6 +199,7 @@ impl fmt::Debug for DeviceBuffer {
             .field("label", &self.label)
             .field("bytes", &self.bytes)
             .field("base", &format_args!("{:#x}", self.base))
+            .field("host", &self.is_host())
             .finish()
     }
 }
@@ -198,6 +247,38 @@ impl DeviceBuffer {
     pub fn all(&self) -> DevicePtr<'_> {
         DevicePtr { addr: self.base, bytes: self.bytes, _buffer: PhantomData }
     }
+
+    /// True for mapped pinned host memory ([`Device::alloc_host_mapped`]).
+    #[must_use]
+    pub fn is_host(&self) -> bool {
+        matches!(self.storage, Some(Storage::Pinned(_)))
+    }
+
+    /// The bytes `[offset, offset + bytes)` of a host buffer, read in place. The caller first waits for the work
+    /// that writes them (a stream synchronize): the device may write this memory at any time.
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfBounds`] outside the buffer; [`CudaError::Unsupported`] for device memory (copy it with
+    /// [`Stream::copy_to_host`] instead).
+    pub fn host_bytes(&self, what: &str, offset: usize, bytes: usize) -> CudaResult<&[u8]> {
+        self.range(what, offset, bytes)?;
+        match &self.storage {
+            Some(Storage::Pinned(p)) => {
+                let all = p.as_slice().map_err(driver("cuEventSynchronize"))?;
+                all.get(offset..offset + bytes).ok_or_else(|| CudaError::OutOfBounds {
+                    what: what.to_owned(),
+                    buffer: self.label.clone(),
+                    offset,
+                    bytes,
+                    size: all.len(),
+                })
+            }
+            _ => Err(CudaError::Unsupported {
+                kernel: what.to_owned(),
+                what: format!("buffer `{}` is device memory, not host memory", self.label),
+            }),
+        }
+    }
 }
 
 impl Drop for DeviceBuffer {
@@ -207,7 +288,7 @@ impl Drop for DeviceBuffer {
         if let Err(e) = self.ctx.synchronize() {
             tracing::warn!(buffer = %self.label, error = ?e, "synchronize before freeing a device buffer failed");
         }
-        drop(self.slice.take());
+        drop(self.storage.take());
     }
 }
 
@@ -331,6 +412,18 @@ impl Stream {
         ffi::copy_dtod_async(&self.ctx, &self.inner, dst.addr, src.addr, src.bytes).map_err(driver("cuMemcpyDtoDAsync"))
     }
 
+    /// Enqueues a copy between any two ranges of [`DeviceBuffer`]s, device or mapped host memory (capturable).
+    ///
+    /// # Errors
+    /// [`CudaError::OutOfBounds`] when the lengths differ; [`CudaError::Driver`].
+    pub fn copy(&self, dst: DevicePtr<'_>, src: DevicePtr<'_>) -> CudaResult<()> {
+        same_len("copy", dst.bytes, src.bytes)?;
+        if src.bytes == 0 {
+            return Ok(());
+        }
+        ffi::copy_unified_async(&self.ctx, &self.inner, dst.addr, src.addr, src.bytes).map_err(driver("cuMemcpyAsync"))
+    }
+
     /// Enqueues a fill of `dst` with the byte `value` (capturable).
     ///
     /// # Errors
@@ -379,6 +472,16 @@ impl Event {
     /// [`CudaError::Driver`].
     pub fn synchronize(&self) -> CudaResult<()> {
         self.inner.synchronize().map_err(driver("cuEventSynchronize"))
+    }
+
+    /// Microseconds between this event's and `later`'s recorded timestamps, both created with
+    /// [`Device::timing_event`] and both complete (synchronize `later` first). CUDA's resolution is about 0.5 us.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`] (`CUDA_ERROR_INVALID_HANDLE` for events created without timing).
+    pub fn elapsed_us(&self, later: &Event) -> CudaResult<f64> {
+        let ms = self.inner.elapsed_ms(&later.inner).map_err(driver("cuEventElapsedTime"))?;
+        Ok(f64::from(ms) * 1000.0)
     }
 }
 

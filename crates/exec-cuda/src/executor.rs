@@ -1,9 +1,17 @@
 //! The CUDA backend behind graph-plan's `Executor` trait (DESIGN.md section 6).
 //!
-//! `prepare`: open the device, allocate one buffer per plan region, upload weights and constants, generate and
-//! compile every kernel once (identical sources share one NVRTC compile), create the plan's streams and events,
-//! and capture the whole step list into one CUDA graph with the multi-stream fork/join recipe. `run`: copy the
-//! inputs into their io ranges, replay the graph on stream 0, wait, and copy the outputs back.
+//! `prepare`: open the device, allocate one buffer per plan region (the host region as mapped pinned host
+//! memory), upload weights and constants, generate every kernel, compile each distinct source once (NVRTC, or the
+//! PTX cache), load each distinct PTX once, create the plan's streams and events, and, in [`SubmitMode::Graph`],
+//! capture the whole step list into one CUDA graph with the multi-stream fork/join recipe. `run`: copy the inputs
+//! into their io ranges, replay the graph on stream 0 (or, in [`SubmitMode::Eager`], enqueue every step on its
+//! stream between the same fork and join), wait, and copy the outputs back.
+//!
+//! Both modes enqueue the very same calls in the same order ([`Work::enqueue`]), so they compute the same bytes;
+//! only the driver's submission cost differs, which [`CudaPrepared::time_runs`] measures with CUDA events.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
 
 use graph_plan::exec::check_tensors;
 use graph_plan::{
@@ -12,25 +20,111 @@ use graph_plan::{
 };
 
 use crate::blas::Blas;
-use crate::capture::{capture, Graph};
-use crate::codegen::{self, KernelSource, Launch};
-use crate::device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Stream};
+use crate::capture::{capture, fork_sides, join_sides, Graph};
+use crate::codegen::{self, CodegenOptions, KernelSource, Launch};
+use crate::device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, Stream};
 use crate::error::{CudaError, CudaResult};
 use crate::nvrtc::{CompileCache, CompileOptions};
 
 const BACKEND: &str = "cuda";
 
+/// How a prepared plan submits its steps on each run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SubmitMode {
+    /// Capture the steps once, at prepare, into one CUDA graph; each run is one graph launch.
+    #[default]
+    Graph,
+    /// Enqueue every step on its stream at each run (one driver call per launch, copy, record and wait), without
+    /// capture: for comparison with graph replay, and to tell a capture problem from a kernel problem.
+    Eager,
+}
+
+impl SubmitMode {
+    /// Lowercase name (`graph`, `eager`), as reports print it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Graph => "graph",
+            Self::Eager => "eager",
+        }
+    }
+}
+
+/// How [`CudaExecutor`] runs plans.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// The device ordinal.
+    pub ordinal: usize,
+    /// Graph replay or eager submission.
+    pub mode: SubmitMode,
+    /// Run eligible MatMul/Gemm through cuBLAS when libcublas can be loaded. When it cannot (or when this is
+    /// off), products run as generated per-element kernels: slower, same semantics, and no error.
+    pub cublas: bool,
+    /// A directory of compiled PTX to read and fill (see [`CompileCache::with_dir`]); `None` uses
+    /// `$CUPLAN_PTX_CACHE` when set. With a filled directory, a machine without NVRTC runs plans whose kernels
+    /// were compiled elsewhere.
+    pub ptx_cache: Option<PathBuf>,
+}
+
+impl CudaOptions {
+    /// Graph mode with cuBLAS on device `ordinal`.
+    #[must_use]
+    pub fn new(ordinal: usize) -> Self {
+        Self { ordinal, mode: SubmitMode::Graph, cublas: true, ptx_cache: None }
+    }
+
+    fn compile_cache(&self) -> CompileCache {
+        match &self.ptx_cache {
+            Some(dir) => CompileCache::with_dir(dir),
+            None => CompileCache::from_env(),
+        }
+    }
+
+    fn ptx_dir(&self) -> Option<PathBuf> {
+        self.ptx_cache
+            .clone()
+            .or_else(|| std::env::var_os("CUPLAN_PTX_CACHE").filter(|d| !d.is_empty()).map(PathBuf::from))
+    }
+}
+
 /// Runs plans on one NVIDIA GPU.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct CudaExecutor {
-    ordinal: usize,
+    options: CudaOptions,
+}
+
+impl Default for CudaExecutor {
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 impl CudaExecutor {
-    /// The executor for device `ordinal`.
+    /// The executor for device `ordinal`: graph replay, cuBLAS when present.
     #[must_use]
     pub fn new(ordinal: usize) -> Self {
-        Self { ordinal }
+        Self { options: CudaOptions::new(ordinal) }
+    }
+
+    /// The executor with explicit options.
+    #[must_use]
+    pub fn with_options(options: CudaOptions) -> Self {
+        Self { options }
+    }
+
+    /// Its options.
+    #[must_use]
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+
+    /// [`Executor::prepare`] with this backend's own error type.
+    ///
+    /// # Errors
+    /// Environment errors ([`CudaError::is_unavailable`]), device errors, and [`CudaError::Unsupported`] for a
+    /// kernel the code generator cannot express.
+    pub fn prepare_cuda(&self, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<CudaPrepared> {
+        CudaPrepared::new(&self.options, plan, weights)
     }
 }
 
@@ -48,39 +142,80 @@ impl Executor for CudaExecutor {
         BACKEND
     }
 
+    /// A driver and the device are required; NVRTC is required unless a PTX cache directory is configured (a
+    /// kernel missing from it is then reported by `prepare`, naming the kernel).
     fn availability(&self) -> Result<(), Unavailable> {
         let unavailable = |e: CudaError| Unavailable { backend: BACKEND, reason: e.to_string() };
-        crate::probe::device_info(self.ordinal).map_err(unavailable)?;
-        crate::probe::nvrtc_availability().map_err(unavailable)?;
+        crate::probe::device_info(self.options.ordinal).map_err(unavailable)?;
+        if let Err(e) = crate::probe::nvrtc_availability() {
+            match self.options.ptx_dir() {
+                Some(dir) if dir.is_dir() => {
+                    tracing::info!(dir = %dir.display(), "NVRTC unavailable: kernels must come from the PTX cache");
+                }
+                _ => return Err(unavailable(e)),
+            }
+        }
         Ok(())
     }
 
     fn prepare(&self, plan: &ExecutionPlan, weights: &TensorMap) -> Result<CudaPrepared, ExecError> {
         check_tensors(plan, weights, BindingRole::Weight)?;
-        CudaPrepared::new(self.ordinal, plan, weights).map_err(exec_error)
+        self.prepare_cuda(plan, weights).map_err(exec_error)
     }
 }
 
-/// A plan ready to replay: its device resources and the instantiated graph.
+/// What `prepare` did, for reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrepareInfo {
+    /// Submission mode.
+    pub mode: SubmitMode,
+    /// The device's name.
+    pub device: String,
+    /// Plan kernels.
+    pub kernels: usize,
+    /// Kernels with a generated launch (the rest are plain cuBLAS calls).
+    pub launched_kernels: usize,
+    /// Distinct kernel sources (= PTX modules loaded).
+    pub distinct_sources: usize,
+    /// Sources NVRTC compiled in this prepare.
+    pub compiled: u64,
+    /// Sources found in the PTX cache directory.
+    pub from_disk: u64,
+    /// Kernels whose product runs on cuBLAS.
+    pub cublas_products: usize,
+    /// Why cuBLAS is not used, when products fell back to generated kernels.
+    pub cublas_fallback: Option<String>,
+    /// Driver calls one eager run enqueues (launches, cuBLAS calls, copies, records, waits, fork and join).
+    pub eager_calls: usize,
+}
+
+/// A plan ready to run: its device resources and, in graph mode, the instantiated graph.
 ///
 /// Fields drop in declaration order: the graph before the kernels and buffers it names, everything before the
 /// device context.
 pub struct CudaPrepared {
-    graph: Graph,
-    _blas: Vec<Option<Blas>>,
-    _kernels: Vec<Option<Kernel>>,
-    _events: Vec<Event>,
+    graph: Option<Graph>,
+    blas: Vec<Option<Blas>>,
+    kernels: Vec<Option<Kernel>>,
+    _modules: Vec<Module>,
+    events: Vec<Event>,
+    fork: Event,
+    joins: Vec<Event>,
+    timer: (Event, Event),
     streams: Vec<Stream>,
     regions: Vec<DeviceBuffer>,
+    sources: Vec<KernelSource>,
     inputs: Vec<(String, BufferRef)>,
     outputs: Vec<(String, graph_plan::DType, graph_plan::Shape, BufferRef)>,
-    plan_inputs: ExecutionPlan,
+    plan: ExecutionPlan,
+    info: PrepareInfo,
     _device: Device,
 }
 
 impl std::fmt::Debug for CudaPrepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaPrepared")
+            .field("info", &self.info)
             .field("streams", &self.streams.len())
             .field("regions", &self.regions)
             .finish_non_exhaustive()
@@ -88,10 +223,7 @@ impl std::fmt::Debug for CudaPrepared {
 }
 
 fn range<'a>(regions: &'a [DeviceBuffer], what: &str, b: BufferRef) -> CudaResult<DevicePtr<'a>> {
-    let buf = regions.get(b.region.index()).ok_or_else(|| CudaError::Unsupported {
-        kernel: what.to_owned(),
-        what: format!("region {} is not allocated", b.region.name()),
-    })?;
+    let buf = region_buffer(regions, what, b)?;
     let (offset, bytes) = (usize::try_from(b.offset), usize::try_from(b.bytes));
     match (offset, bytes) {
         (Ok(o), Ok(n)) => buf.range(what, o, n),
@@ -103,6 +235,13 @@ fn range<'a>(regions: &'a [DeviceBuffer], what: &str, b: BufferRef) -> CudaResul
             size: buf.len(),
         }),
     }
+}
+
+fn region_buffer<'a>(regions: &'a [DeviceBuffer], what: &str, b: BufferRef) -> CudaResult<&'a DeviceBuffer> {
+    regions.get(b.region.index()).ok_or_else(|| CudaError::Unsupported {
+        kernel: what.to_owned(),
+        what: format!("region {} is not allocated", b.region.name()),
+    })
 }
 
 fn dims(src: &KernelSource) -> CudaResult<LaunchDims> {
@@ -129,16 +268,131 @@ fn dims(src: &KernelSource) -> CudaResult<LaunchDims> {
     }
 }
 
+/// Everything one submission of the plan's steps needs, borrowed: the same code enqueues them inside a capture and
+/// eagerly.
+struct Work<'a> {
+    steps: &'a [PlanStep],
+    sources: &'a [KernelSource],
+    kernels: &'a [Option<Kernel>],
+    blas: &'a [Option<Blas>],
+    events: &'a [Event],
+    regions: &'a [DeviceBuffer],
+}
+
+impl Work<'_> {
+    /// Enqueues every step on its stream, in submission order. `streams[i]` is plan stream `i`.
+    fn enqueue(&self, streams: &[Stream]) -> CudaResult<()> {
+        let regions = self.regions;
+        for step in self.steps {
+            let stream_of = |s: graph_plan::StreamId| {
+                streams.get(s.index()).ok_or_else(|| CudaError::Unsupported {
+                    kernel: "(plan)".to_owned(),
+                    what: format!("step on {s}, the plan has {} streams", streams.len()),
+                })
+            };
+            let event_of = |e: graph_plan::EventId| {
+                self.events.get(e.index()).ok_or_else(|| CudaError::Unsupported {
+                    kernel: "(plan)".to_owned(),
+                    what: format!("event {e} beyond the plan's {}", self.events.len()),
+                })
+            };
+            match step {
+                PlanStep::Launch { stream, kernel, .. } => {
+                    let s = stream_of(*stream)?;
+                    let src = self.sources.get(kernel.index()).ok_or_else(|| CudaError::Unsupported {
+                        kernel: kernel.to_string(),
+                        what: "launch of a kernel the plan lacks".to_owned(),
+                    })?;
+                    if let Some(b) = src.blas {
+                        let handle = self.blas.get(stream.index()).and_then(Option::as_ref).ok_or_else(|| {
+                            CudaError::Unsupported {
+                                kernel: src.name.clone(),
+                                what: "no cuBLAS handle on its stream".to_owned(),
+                            }
+                        })?;
+                        handle.matmul(
+                            &b.matmul,
+                            range(regions, &src.name, b.a)?,
+                            range(regions, &src.name, b.b)?,
+                            range(regions, &src.name, b.c)?,
+                        )?;
+                    }
+                    if let Some(Some(k)) = self.kernels.get(kernel.index()) {
+                        let args = src
+                            .args
+                            .iter()
+                            .map(|&b| range(regions, &src.name, b).map(KernelArg::Ptr))
+                            .collect::<CudaResult<Vec<_>>>()?;
+                        s.launch(k, dims(src)?, &args)?;
+                    }
+                }
+                PlanStep::Record { stream, event } => stream_of(*stream)?.record(event_of(*event)?)?,
+                PlanStep::Wait { stream, event } => stream_of(*stream)?.wait(event_of(*event)?)?,
+                PlanStep::Copy { stream, src, dst, bytes, .. } => {
+                    let n = *bytes;
+                    let sub = |b: BufferRef| BufferRef { bytes: n, ..b };
+                    // Device <-> device or device <-> the mapped host region: one unified-address copy either way.
+                    stream_of(*stream)?.copy(
+                        range(regions, "copy destination", sub(*dst))?,
+                        range(regions, "copy source", sub(*src))?,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Driver calls of one eager submission.
+    fn calls(&self, side_streams: usize) -> usize {
+        let steps: usize = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                PlanStep::Launch { kernel, .. } => self
+                    .sources
+                    .get(kernel.index())
+                    .map_or(0, |src| usize::from(src.blas.is_some()) + usize::from(src.launch != Launch::None)),
+                _ => 1,
+            })
+            .sum();
+        // Fork: one record, one wait per side stream; join: one record and one wait per side stream.
+        steps + 1 + 3 * side_streams
+    }
+}
+
+/// cuBLAS handles for the streams that launch a product (none when no kernel uses cuBLAS).
+fn blas_handles(
+    device: &Device,
+    streams: &[Stream],
+    plan: &ExecutionPlan,
+    sources: &[KernelSource],
+) -> CudaResult<Vec<Option<Blas>>> {
+    let mut blas: Vec<Option<Blas>> = (0..streams.len()).map(|_| None).collect();
+    for step in &plan.steps {
+        if let PlanStep::Launch { stream, kernel, .. } = step {
+            let s = stream.index();
+            if sources.get(kernel.index()).is_some_and(|k| k.blas.is_some()) && s < blas.len() && blas[s].is_none() {
+                blas[s] = Some(Blas::new(device, &streams[s])?);
+            }
+        }
+    }
+    Ok(blas)
+}
+
 impl CudaPrepared {
-    fn new(ordinal: usize, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<Self> {
-        let device = Device::open(ordinal)?;
-        // Regions, in Region::ALL order. The host region (Memcpy-to-host results) lives on the device for now.
+    fn new(options: &CudaOptions, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<Self> {
+        let device = Device::open(options.ordinal)?;
+        // Regions, in Region::ALL order; the host region is pinned host memory the device writes directly.
         let regions = Region::ALL
             .iter()
             .map(|&r| {
                 let bytes = usize::try_from(plan.region_bytes(r))
                     .map_err(|_| CudaError::OutOfMemory { requested: usize::MAX })?;
-                device.alloc(r.name(), bytes)
+                if r == Region::Host {
+                    device.alloc_host_mapped(r.name(), bytes)
+                } else {
+                    device.alloc(r.name(), bytes)
+                }
             })
             .collect::<CudaResult<Vec<_>>>()?;
         let streams = (0..plan.num_streams.max(1)).map(|_| device.stream()).collect::<CudaResult<Vec<_>>>()?;
@@ -153,90 +407,82 @@ impl CudaPrepared {
                 upload.copy_to_device(range(&regions, &b.name, b.buffer)?, bytes)?;
             }
         }
-        // Kernels: generate, compile once per distinct source, load.
-        let sources = codegen::generate_all(plan)?;
-        // $CUPLAN_PTX_CACHE lets a machine without NVRTC use PTX compiled elsewhere.
-        let cache = CompileCache::from_env();
-        let options = CompileOptions::for_arch(&device.info().arch());
+        // cuBLAS: one handle per stream that runs a product; when the library cannot be loaded, the products are
+        // generated kernels instead (same semantics, slower), and `info` says why.
+        let mut cublas_fallback = (!options.cublas).then(|| "cuBLAS turned off in CudaOptions".to_owned());
+        let mut sources = codegen::generate_all_with(plan, &CodegenOptions { cublas: options.cublas })?;
+        let blas = match blas_handles(&device, &streams, plan, &sources) {
+            Ok(b) => b,
+            Err(e @ CudaError::CublasUnavailable { .. }) => {
+                tracing::warn!(error = %e, "cuBLAS unavailable: MatMul/Gemm run as generated kernels");
+                cublas_fallback = Some(e.to_string());
+                sources = codegen::generate_all_with(plan, &CodegenOptions { cublas: false })?;
+                (0..streams.len()).map(|_| None).collect()
+            }
+            Err(e) => return Err(e),
+        };
+        // Kernels: compile once per distinct source (NVRTC or the PTX cache), load once per distinct source.
+        let cache = options.compile_cache();
+        let compile_options = CompileOptions::for_arch(&device.info().arch());
+        let mut modules: Vec<Module> = Vec::new();
+        let mut module_of: HashMap<&str, usize> = HashMap::new();
         let mut kernels = Vec::with_capacity(sources.len());
         for s in &sources {
             if s.launch == Launch::None {
                 kernels.push(None);
                 continue;
             }
-            let ptx = cache.compile(&s.name, &s.source, &options)?;
-            let module = device.load(&ptx)?;
-            kernels.push(Some(module.kernel(&s.entry, &s.params)?));
-        }
-        tracing::info!(kernels = sources.len(), compiles = cache.stats().misses, "compiled plan kernels");
-        // One cuBLAS handle per stream that runs a product.
-        let mut blas: Vec<Option<Blas>> = (0..streams.len()).map(|_| None).collect();
-        for step in &plan.steps {
-            if let PlanStep::Launch { stream, kernel, .. } = step {
-                let s = stream.index();
-                if sources.get(kernel.index()).is_some_and(|k| k.blas.is_some()) && blas[s].is_none() {
-                    blas[s] = Some(Blas::new(&device, &streams[s])?);
+            let m = match module_of.get(s.source.as_str()) {
+                Some(&m) => m,
+                None => {
+                    let ptx = cache.compile(&s.name, &s.source, &compile_options)?;
+                    modules.push(device.load(&ptx)?);
+                    module_of.insert(&s.source, modules.len() - 1);
+                    modules.len() - 1
                 }
-            }
+            };
+            kernels.push(Some(modules[m].kernel(&s.entry, &s.params)?));
         }
+        let stats = cache.stats();
+        tracing::info!(
+            kernels = sources.len(),
+            modules = modules.len(),
+            compiled = stats.misses,
+            from_disk = stats.disk_hits,
+            "loaded plan kernels"
+        );
         let events = (0..plan.event_count).map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
-        let graph = capture(&device, &streams[0], &streams[1..], |streams| {
-            for step in &plan.steps {
-                let stream_of = |s: graph_plan::StreamId| {
-                    streams.get(s.index()).ok_or_else(|| CudaError::Unsupported {
-                        kernel: "(plan)".to_owned(),
-                        what: format!("step on {s}, the plan has {} streams", streams.len()),
-                    })
-                };
-                let event_of = |e: graph_plan::EventId| {
-                    events.get(e.index()).ok_or_else(|| CudaError::Unsupported {
-                        kernel: "(plan)".to_owned(),
-                        what: format!("event {e} beyond the plan's {}", events.len()),
-                    })
-                };
-                match step {
-                    PlanStep::Launch { stream, kernel, .. } => {
-                        let s = stream_of(*stream)?;
-                        let src = sources.get(kernel.index()).ok_or_else(|| CudaError::Unsupported {
-                            kernel: kernel.to_string(),
-                            what: "launch of a kernel the plan lacks".to_owned(),
-                        })?;
-                        if let Some(b) = src.blas {
-                            let handle = blas[stream.index()].as_ref().ok_or_else(|| CudaError::Unsupported {
-                                kernel: src.name.clone(),
-                                what: "no cuBLAS handle on its stream".to_owned(),
-                            })?;
-                            handle.matmul(
-                                &b.matmul,
-                                range(&regions, &src.name, b.a)?,
-                                range(&regions, &src.name, b.b)?,
-                                range(&regions, &src.name, b.c)?,
-                            )?;
-                        }
-                        if let Some(Some(k)) = kernels.get(kernel.index()) {
-                            let args = src
-                                .args
-                                .iter()
-                                .map(|&b| range(&regions, &src.name, b).map(KernelArg::Ptr))
-                                .collect::<CudaResult<Vec<_>>>()?;
-                            s.launch(k, dims(src)?, &args)?;
-                        }
-                    }
-                    PlanStep::Record { stream, event } => stream_of(*stream)?.record(event_of(*event)?)?,
-                    PlanStep::Wait { stream, event } => stream_of(*stream)?.wait(event_of(*event)?)?,
-                    PlanStep::Copy { stream, src, dst, bytes, .. } => {
-                        let n = *bytes;
-                        let sub = |b: BufferRef| BufferRef { bytes: n, ..b };
-                        stream_of(*stream)?.copy_device(
-                            range(&regions, "copy destination", sub(*dst))?,
-                            range(&regions, "copy source", sub(*src))?,
-                        )?;
-                    }
-                }
+        let work = Work {
+            steps: &plan.steps,
+            sources: &sources,
+            kernels: &kernels,
+            blas: &blas,
+            events: &events,
+            regions: &regions,
+        };
+        let graph = match options.mode {
+            SubmitMode::Graph => {
+                let g = capture(&device, &streams[0], &streams[1..], |streams| work.enqueue(streams))?;
+                g.upload()?;
+                Some(g)
             }
-            Ok(())
-        })?;
-        graph.upload()?;
+            SubmitMode::Eager => None,
+        };
+        let info = PrepareInfo {
+            mode: options.mode,
+            device: device.info().name.clone(),
+            kernels: sources.len(),
+            launched_kernels: sources.iter().filter(|s| s.launch != Launch::None).count(),
+            distinct_sources: modules.len(),
+            compiled: stats.misses,
+            from_disk: stats.disk_hits,
+            cublas_products: sources.iter().filter(|s| s.blas.is_some()).count(),
+            cublas_fallback,
+            eager_calls: work.calls(streams.len() - 1),
+        };
+        let fork = device.event()?;
+        let joins = streams[1..].iter().map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
+        let timer = (device.timing_event()?, device.timing_event()?);
         let inputs = plan
             .bindings()
             .iter()
@@ -251,41 +497,124 @@ impl CudaPrepared {
             .collect();
         Ok(Self {
             graph,
-            _blas: blas,
-            _kernels: kernels,
-            _events: events,
+            blas,
+            kernels,
+            _modules: modules,
+            events,
+            fork,
+            joins,
+            timer,
             streams,
             regions,
+            sources,
             inputs,
             outputs,
-            plan_inputs: plan.clone(),
+            plan: plan.clone(),
+            info,
             _device: device,
         })
     }
 
-    fn replay(&mut self, inputs: &TensorMap) -> CudaResult<TensorMap> {
+    /// What `prepare` did.
+    #[must_use]
+    pub fn info(&self) -> &PrepareInfo {
+        &self.info
+    }
+
+    /// The generated kernels, in plan kernel order.
+    #[must_use]
+    pub fn sources(&self) -> &[KernelSource] {
+        &self.sources
+    }
+
+    /// Enqueues one execution of the plan on stream 0 without waiting: a graph launch, or every step between a
+    /// fork from and a join back to stream 0.
+    fn submit(&self) -> CudaResult<()> {
+        if let Some(g) = &self.graph {
+            return g.launch();
+        }
+        let (main, side) = (&self.streams[0], &self.streams[1..]);
+        fork_sides(main, side, &self.fork)?;
+        let work = Work {
+            steps: &self.plan.steps,
+            sources: &self.sources,
+            kernels: &self.kernels,
+            blas: &self.blas,
+            events: &self.events,
+            regions: &self.regions,
+        };
+        let enqueued = work.enqueue(&self.streams);
+        // Join even after a failure, so that stream 0 never runs ahead of work still queued on a side stream.
+        let joined = join_sides(main, side, &self.joins);
+        enqueued?;
+        joined
+    }
+
+    fn execute(&mut self, inputs: &TensorMap) -> CudaResult<TensorMap> {
         let main = &self.streams[0];
         for (name, b) in &self.inputs {
             if let Some(t) = inputs.get(name) {
                 main.copy_to_device(range(&self.regions, name, *b)?, &t.data)?;
             }
         }
-        self.graph.launch()?;
+        self.submit()?;
         main.synchronize()?;
         let mut out = TensorMap::new();
         for (name, dtype, shape, b) in &self.outputs {
             let r = range(&self.regions, name, *b)?;
-            let mut data = vec![0u8; r.len()];
-            main.copy_to_host(&mut data, r)?;
+            let buf = region_buffer(&self.regions, name, *b)?;
+            let data = if buf.is_host() {
+                // `range` proved offset and length fit usize.
+                let offset = usize::try_from(b.offset).unwrap_or(usize::MAX);
+                buf.host_bytes(name, offset, r.len())?.to_vec()
+            } else {
+                let mut data = vec![0u8; r.len()];
+                main.copy_to_host(&mut data, r)?;
+                data
+            };
             out.insert(name.clone(), HostTensor { dtype: *dtype, shape: shape.clone(), data });
         }
         Ok(out)
+    }
+
+    /// Times `count` executions of the plan, after `warmup` untimed ones, on whatever the inputs hold (the last
+    /// run's, or zeros). Each is bracketed by timing events recorded on stream 0 and waited for before the next
+    /// starts, so each figure is one execution's device time from its first enqueued work to its last, including
+    /// any time the device waits for the host to submit (which is what eager submission costs).
+    ///
+    /// Returns microseconds, one per timed execution.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`].
+    pub fn time_runs(&mut self, warmup: usize, count: usize) -> CudaResult<Vec<f64>> {
+        let main = &self.streams[0];
+        for _ in 0..warmup {
+            self.submit()?;
+        }
+        main.synchronize()?;
+        let mut times = Vec::with_capacity(count);
+        for _ in 0..count {
+            main.record(&self.timer.0)?;
+            self.submit()?;
+            main.record(&self.timer.1)?;
+            self.timer.1.synchronize()?;
+            times.push(self.timer.0.elapsed_us(&self.timer.1)?);
+        }
+        Ok(times)
+    }
+
+    /// Runs on `inputs` with this backend's own error type (see [`PreparedPlan::run`]).
+    ///
+    /// # Errors
+    /// As [`PreparedPlan::run`], as a [`CudaError`]; the caller's tensors are checked by `run`.
+    pub fn run_cuda(&mut self, inputs: &TensorMap) -> CudaResult<TensorMap> {
+        self.execute(inputs)
     }
 }
 
 impl PreparedPlan for CudaPrepared {
     fn run(&mut self, inputs: &TensorMap) -> Result<TensorMap, ExecError> {
-        check_tensors(&self.plan_inputs, inputs, BindingRole::Input)?;
-        self.replay(inputs).map_err(exec_error)
+        check_tensors(&self.plan, inputs, BindingRole::Input)?;
+        self.execute(inputs).map_err(exec_error)
     }
 }

@@ -194,6 +194,45 @@ pub(crate) fn copy_dtod_async(
     unsafe { drv::memcpy_dtod_async(dst, src, bytes, stream.cu_stream()) }
 }
 
+/// Enqueues a copy of `bytes` bytes between two unified addresses (device memory or mapped pinned host memory);
+/// capturable, since neither side is pageable host memory.
+///
+/// Precondition (checked by the caller): both ranges lie inside live `DeviceBuffer`s of `ctx`.
+pub(crate) fn copy_unified_async(
+    ctx: &CudaContext,
+    stream: &CudaStream,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+) -> Result<(), DriverError> {
+    ctx.bind_to_thread()?;
+    // SAFETY: both ranges are in bounds of live allocations (caller's check), device or pinned-and-mapped host
+    // memory, whose unified addresses cuMemcpyAsync resolves itself; both are freed only after a full context
+    // synchronize, so the copy cannot outlive them.
+    unsafe { drv_sys::cuMemcpyAsync(dst, src, bytes, stream.cu_stream()) }.result()
+}
+
+/// Page-locked host memory mapped into the device's address space, zeroed, with its device address.
+///
+/// Flags: `PORTABLE` (pinned for every context) and `DEVICEMAP` (kernels and copies may use it through the
+/// returned address; with unified addressing, which every 64-bit CUDA platform has, that address equals the
+/// host pointer).
+pub(crate) fn alloc_pinned_mapped(
+    ctx: &Arc<CudaContext>,
+    bytes: usize,
+) -> Result<(cudarc::driver::PinnedHostSlice<u8>, u64), DriverError> {
+    let flags = drv_sys::CU_MEMHOSTALLOC_PORTABLE | drv_sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    // SAFETY: the memory is zeroed below before anyone reads it; cudarc frees it in PinnedHostSlice's Drop.
+    let mut slice = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, flags) }?;
+    slice.as_mut_slice()?.fill(0);
+    let host = slice.as_mut_ptr()?;
+    let mut dptr: drv_sys::CUdeviceptr = 0;
+    // SAFETY: `host` is the start of a live allocation made with DEVICEMAP in the bound context; `dptr` is a valid
+    // out-pointer for the call.
+    unsafe { drv_sys::cuMemHostGetDevicePointer_v2(&mut dptr, host.cast::<std::ffi::c_void>(), 0) }.result()?;
+    Ok((slice, dptr))
+}
+
 /// Enqueues a byte fill of `bytes` bytes at `dst` (capturable).
 ///
 /// Precondition (checked by the caller): the range lies inside a live buffer of `ctx`.

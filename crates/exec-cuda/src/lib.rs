@@ -17,7 +17,8 @@
 //! - [`blas`]: a cuBLAS handle bound to a stream, column- and row-major SGEMM;
 //! - [`capture`]: multi-stream CUDA graph capture and replay;
 //! - [`codegen`]: CUDA C source for each plan kernel (per-element, row, cuBLAS + epilogue, custom);
-//! - [`executor`]: [`CudaExecutor`], graph-plan's `Executor` for this backend;
+//! - [`executor`]: [`CudaExecutor`], graph-plan's `Executor` for this backend, in graph-replay or eager
+//!   [`SubmitMode`], with [`CudaPrepared::time_runs`] for CUDA-event timings;
 //! - `ffi` (private): the only module with `unsafe`, each block justified by a `// SAFETY:` comment.
 
 pub mod blas;
@@ -34,6 +35,6 @@ pub use blas::{Blas, Matmul, Sgemm};
 pub use capture::{capture, Graph};
 pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind, Stream};
 pub use error::{CudaError, CudaResult};
-pub use executor::{CudaExecutor, CudaPrepared};
+pub use executor::{CudaExecutor, CudaOptions, CudaPrepared, PrepareInfo, SubmitMode};
 pub use nvrtc::{compile, CacheStats, CompileCache, CompileOptions, Ptx};
-pub use probe::{availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};
+pub use probe::{availability, cublas_availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};

@@ -287,6 +287,14 @@ impl CompileCache {
         Ok(ptx)
     }
 
+    /// Whether `source` compiled with `options` is already in memory or in the cache directory, so that
+    /// [`CompileCache::compile`] would answer it without NVRTC.
+    #[must_use]
+    pub fn contains(&self, source: &str, options: &CompileOptions) -> bool {
+        self.lock().entries.contains_key(&(source.to_owned(), options.clone()))
+            || self.dir.as_deref().is_some_and(|d| Self::disk_lookup(d, source, options).is_some())
+    }
+
     /// The counts so far.
     #[must_use]
     pub fn stats(&self) -> CacheStats {

@@ -176,6 +176,22 @@ fn nvrtc_missing_reason() -> String {
     )
 }
 
+/// Checks that libcublas can be loaded (without creating a handle, which needs a device).
+///
+/// # Errors
+/// [`CudaError::CublasUnavailable`] with the reason; the executor then runs products as generated kernels.
+pub fn cublas_availability() -> CudaResult<()> {
+    if ffi::cublas_lib_present() {
+        Ok(())
+    } else {
+        Err(CudaError::CublasUnavailable { reason: CUBLAS_MISSING.to_owned() })
+    }
+}
+
+/// Why cuBLAS is missing, and how to provide it.
+pub(crate) const CUBLAS_MISSING: &str = "libcublas.so.12 (or libcublas.so) cannot be loaded: install the CUDA \
+     toolkit's cuBLAS, or the PyPI wheel nvidia-cublas-cu12, and put its directory on LD_LIBRARY_PATH";
+
 /// Runs `f`, turning a panic from inside cudarc (a library or symbol that cannot be loaded) into a value.
 pub(crate) fn guard<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {

@@ -80,13 +80,42 @@ fn golden_broadcast_and_softmax() {
     let r = g.add_node("relu", Op::Relu, &[s]).unwrap()[0];
     let y = g.add_node("softmax", Op::Softmax { axis: -1 }, &[r]).unwrap()[0];
     g.mark_output(y).unwrap();
-    let p = plan(&g, 1);
+    // The plain row kernel: without reduction fusion the Softmax stays alone (the fused row kernels' numbers are
+    // checked on the host emulator, whatever the fusion pass groups).
+    let mut opts = PlanOptions::with_streams(1);
+    opts.fusion.caps = codegen::fusion_caps();
+    opts.fusion.caps.reduction_fusion = false;
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
     let src = codegen::generate_all(&p).unwrap();
     assert_eq!(
         src.iter().map(|s| s.launch).collect::<Vec<_>>(),
         [Launch::Elements { threads: 6, block: 256 }, Launch::Rows { rows: 2, block: 256 }]
     );
     golden("bcast_softmax", &src);
+}
+
+/// Reduction fusion (this backend's caps): Softmax spelt out (ReduceMax, Sub, Exp, ReduceSum, Div) on a broadcast
+/// add, with a Relu after it, is one row kernel (`reduce::fused`): the add is computed inline in each pass over the
+/// row, the per-row max and sum once per block, and the Relu in the last pass that writes the row.
+#[test]
+fn golden_fused_row_kernel() {
+    let mut g = ComputeGraph::new("decomposed_softmax");
+    let x = g.add_input("x", DType::F32, [2, 3]).unwrap();
+    let b = g.add_weight("b", DType::F32, [3]).unwrap();
+    let mut node = |name: &str, op: Op, ins: &[graph_plan::ir::TensorId]| g.add_node(name, op, ins).unwrap()[0];
+    let s = node("add", Op::Add, &[x, b]);
+    let mx = node("max", Op::ReduceMax { axes: Some(vec![-1]), keepdims: true }, &[s]);
+    let d = node("sub", Op::Sub, &[s, mx]);
+    let e = node("exp", Op::Exp, &[d]);
+    let sm = node("sum", Op::ReduceSum { axes: Some(vec![-1]), keepdims: true }, &[e]);
+    let p = node("div", Op::Div, &[e, sm]);
+    let y = node("relu", Op::Relu, &[p]);
+    g.mark_output(y).unwrap();
+    let p = plan(&g, 1);
+    graph_plan::verify(&p).unwrap();
+    let src = codegen::generate_all(&p).unwrap();
+    assert_eq!(src.iter().map(|s| s.launch).collect::<Vec<_>>(), [Launch::Rows { rows: 2, block: 256 }]);
+    golden("fused_softmax", &src);
 }
 
 #[test]
@@ -226,5 +255,5 @@ fn every_op_generates_and_compiles() {
 fn fusion_caps_are_declared() {
     let caps = codegen::fusion_caps();
     assert!(caps.matmul_epilogue && caps.conv_epilogue && caps.multi_output);
-    assert!(!caps.reduction_fusion, "row kernels do not take epilogues yet");
+    assert!(caps.reduction_fusion, "fused row kernels (reduce::fused) take producers and consumers");
 }

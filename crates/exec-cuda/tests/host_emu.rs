@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::host::{compiler, run_plan, HostRegions};
+use common::host::{compiler, run_plan, HostProgram, HostRegions};
 use exec_cuda::codegen;
 use graph_plan::ir::op::{ConvAttrs, PadMode, PoolAttrs};
 use graph_plan::ir::{synth, ComputeGraph, TensorId};
@@ -411,57 +411,230 @@ fn casts_and_batchnorm() {
 /// off, no reuse, one stream) when both run through generated kernels.
 #[test]
 fn fused_plans_match_reference_plans() {
-    let Some(cxx) = compiler() else {
-        eprintln!("SKIP fused_plans_match_reference_plans: no host C++ compiler");
-        return;
-    };
     let graphs = [
         synth::random_dag(20, 3, 5).unwrap(),
         synth::transformer(1, 8, 2, 4, 1).unwrap(),
         synth::resnet_like(1, 2, 6).unwrap(),
     ];
-    for g in &graphs {
-        let mut reference = PlanOptions::reference();
-        reference.fusion.caps = codegen::fusion_caps();
-        let mut optimised = PlanOptions::with_streams(3);
-        optimised.fusion.caps = codegen::fusion_caps();
-        let mut outs = Vec::new();
-        for (tag, opts) in [("ref", &reference), ("opt", &optimised)] {
-            let plan = ExecutionPlan::build_with(g, opts).unwrap();
-            let mut regions = HostRegions::new(&plan);
-            for b in plan.bindings() {
-                let t = match &b.data {
-                    Some(d) => d.clone(),
-                    None => {
-                        let positive = b.name.contains("var");
-                        graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 3, positive).data
-                    }
-                };
-                if b.role != BindingRole::Output {
-                    regions.bytes_mut(b.buffer).copy_from_slice(&t);
-                }
-            }
-            run_plan(cxx, &format!("diff-{}-{tag}", g.name()), &plan, &mut regions);
-            let o: Vec<(String, Vec<u8>)> = plan
-                .bindings()
-                .iter()
-                .filter(|b| b.role == BindingRole::Output)
-                .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
-                .collect();
-            outs.push(o);
+    let mut optimised = PlanOptions::with_streams(3);
+    optimised.fusion.caps = codegen::fusion_caps();
+    differential("fused_plans_match_reference_plans", &graphs, &optimised, 1e-4);
+}
+
+/// One graph's plan as the differential tests run it: its name, the plan's tag, the plan and its kernels.
+struct DiffRun {
+    graph: String,
+    tag: &'static str,
+    plan: ExecutionPlan,
+    sources: Vec<codegen::KernelSource>,
+}
+
+/// Builds, for every graph, the reference plan and the plan of `opts` (both verified, this backend's caps),
+/// generates their kernels, runs them all through one host program (one C++ compile) on seeded inputs and
+/// asserts that every output agrees: floats within `tol` relative (absolute below 1), other dtypes bit for bit.
+/// Returns the runs (for assertions on the kernels), or `None` where no host compiler exists.
+fn differential(test: &str, graphs: &[ComputeGraph], opts: &PlanOptions, tol: f32) -> Option<Vec<DiffRun>> {
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP {test}: no host C++ compiler");
+        return None;
+    };
+    let mut reference = PlanOptions::reference();
+    reference.fusion.caps = codegen::fusion_caps();
+    let mut runs = Vec::new();
+    for g in graphs {
+        for (tag, o) in [("ref", &reference), ("opt", opts)] {
+            let plan = ExecutionPlan::build_with(g, o).unwrap();
+            graph_plan::verify(&plan).unwrap_or_else(|e| panic!("{} {tag}: {e:?}", g.name()));
+            let sources = codegen::generate_all(&plan).unwrap_or_else(|e| panic!("{} {tag}: {e}", g.name()));
+            runs.push(DiffRun { graph: g.name().to_owned(), tag, plan, sources });
         }
-        let (r, o) = (&outs[0], &outs[1]);
-        assert_eq!(r.len(), o.len());
-        for ((name, rb), (_, ob)) in r.iter().zip(o) {
+    }
+    let program = HostProgram::build(cxx, test, runs.iter().flat_map(|r| &r.sources));
+    // Output dtype and bytes by binding name, per (graph, tag).
+    type Outputs = HashMap<String, (DType, Vec<u8>)>;
+    let mut outs: HashMap<(String, &str), Outputs> = HashMap::new();
+    for r in &runs {
+        let mut regions = HostRegions::new(&r.plan);
+        for b in r.plan.bindings() {
+            if b.role == BindingRole::Output {
+                continue;
+            }
+            let t = match &b.data {
+                Some(d) => d.clone(),
+                None => graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 3, b.name.contains("var")).data,
+            };
+            regions.bytes_mut(b.buffer).copy_from_slice(&t);
+        }
+        program.run(&r.plan, &r.sources, &mut regions);
+        let o = r
+            .plan
+            .bindings()
+            .iter()
+            .filter(|b| b.role == BindingRole::Output)
+            .map(|b| (b.name.clone(), (b.dtype, regions.bytes(b.buffer).to_vec())))
+            .collect();
+        outs.insert((r.graph.clone(), r.tag), o);
+    }
+    for g in graphs {
+        let (r, o) = (&outs[&(g.name().to_owned(), "ref")], &outs[&(g.name().to_owned(), "opt")]);
+        assert_eq!(r.len(), o.len(), "{}: both plans bind the same outputs", g.name());
+        for (name, (dt, rb)) in r {
+            let (_, ob) = o.get(name).unwrap_or_else(|| panic!("{}: the optimised plan lacks '{name}'", g.name()));
+            assert_eq!(rb.len(), ob.len(), "{}: '{name}' sizes", g.name());
+            if *dt != DType::F32 {
+                assert_eq!(rb, ob, "{}: '{name}' ({dt}) differs", g.name());
+                continue;
+            }
             let (rv, ov) = (common::from_bytes(rb), common::from_bytes(ob));
-            assert!(rv.iter().all(|v| v.is_finite()), "{}: reference output '{name}' is not finite", g.name());
+            assert!(rv.iter().all(|v| v.is_finite()), "{}: reference '{name}' is not finite", g.name());
             for (i, (a, b)) in rv.iter().zip(&ov).enumerate() {
                 assert!(
-                    (a - b).abs() <= 1e-4 * a.abs().max(1.0),
-                    "{}: output '{name}'[{i}]: reference {a}, optimised {b}",
+                    (a - b).abs() <= tol * a.abs().max(1.0),
+                    "{}: '{name}'[{i}]: reference {a}, optimised {b}",
                     g.name()
                 );
             }
         }
+    }
+    for r in &runs {
+        eprintln!("{test}: {} {}: {} kernels", r.graph, r.tag, r.plan.kernels().len());
+    }
+    eprintln!("{test}: {} plans, one host program of {} kernels", runs.len(), program.len());
+    Some(runs)
+}
+
+/// Out-of-range Gather indices are clamped to the axis (a GPU kernel cannot report them; it must not read out of
+/// bounds): 5 -> 2, -7 -> -4 -> 0; in-range and negative ones as ONNX says.
+#[test]
+fn gather_clamps_out_of_range_indices() {
+    let mut g = ComputeGraph::new("t");
+    let d = g.add_input("d", DType::F32, [3, 2]).unwrap();
+    let idx = g.add_input("idx", DType::I64, [5]).unwrap();
+    let y = node(&mut g, "gather", Op::Gather { axis: 0 }, &[d, idx]);
+    g.mark_output(y).unwrap();
+    let dv = vec![10.0, 11.0, 20.0, 21.0, 30.0, 31.0];
+    let iv: Vec<u8> = [5i64, -7, 1, -1, i64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let Some(out) = run("gather_clamps", &g, 1, &[("d", f(&dv)), ("idx", iv)]) else { return };
+    close("gather clamps", &out[&g.tensor(y).name], &[30.0, 31.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
+}
+
+/// A Memcpy-to-host result lives in the plan's host region (mapped pinned memory on the GPU) and a later kernel
+/// reads it there; both the copy and the read are plan steps.
+#[test]
+fn memcpy_results_live_in_the_host_region() {
+    use graph_plan::ir::op::MemSpace;
+    let mut g = ComputeGraph::new("t");
+    let x = g.add_input("x", DType::F32, [4]).unwrap();
+    let r = node(&mut g, "r", Op::Relu, &[x]);
+    let h = node(&mut g, "to_host", Op::Memcpy { to: MemSpace::Host }, &[r]);
+    let y = node(&mut g, "y", Op::Neg, &[h]);
+    g.mark_output(h).unwrap();
+    g.mark_output(y).unwrap();
+    let mut opts = PlanOptions::with_streams(2);
+    opts.fusion.caps = codegen::fusion_caps();
+    let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+    let host = plan.bindings().iter().find(|b| b.name == g.tensor(h).name).unwrap();
+    assert_eq!(host.buffer.region, graph_plan::Region::Host, "{plan}");
+    assert!(plan.steps.iter().any(|s| matches!(s, graph_plan::PlanStep::Copy { .. })), "{plan}");
+    let Some(out) = run("memcpy_host", &g, 2, &[("x", f(&[-1.0, 2.0, -3.0, 4.0]))]) else { return };
+    close("to_host", &out[&g.tensor(h).name], &[0.0, 2.0, 0.0, 4.0]);
+    close("y", &out[&g.tensor(y).name], &[0.0, -2.0, 0.0, -4.0]);
+}
+
+/// Row kernels with `reduction_fusion`: decomposed LayerNormalization and Softmax, a scaled and masked Softmax with
+/// a consumer, a reduction feeding a per-row epilogue, integer sums/maxima/means with consumers, and the transformer
+/// family; the fused plan's generated kernels give the reference plan's numbers (both through the host emulator,
+/// one program) and compile with NVRTC where it is installed.
+#[test]
+fn fused_row_kernels_match_reference_plans() {
+    let test = "fused_row_kernels_match_reference_plans";
+    let f32t = DType::F32;
+    let mut graphs = Vec::new();
+    {
+        // LayerNormalization spelt out, over [2, 3, 40] rows of 40.
+        let mut g = ComputeGraph::new("decomposed_layernorm");
+        let x = g.add_input("x", f32t, [2, 3, 40]).unwrap();
+        let sc = g.add_weight("sc", f32t, [40]).unwrap();
+        let bi = g.add_weight("bi", f32t, [40]).unwrap();
+        let two = g.add_constant("two", f32t, [], 2.0f32.to_le_bytes().to_vec()).unwrap();
+        let eps = g.add_constant("eps", f32t, [], 1e-5f32.to_le_bytes().to_vec()).unwrap();
+        let mean = node(&mut g, "mean", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true }, &[x]);
+        let d = node(&mut g, "d", Op::Sub, &[x, mean]);
+        let sq = node(&mut g, "sq", Op::Pow, &[d, two]);
+        let var = node(&mut g, "var", Op::ReduceMean { axes: Some(vec![-1]), keepdims: true }, &[sq]);
+        let ve = node(&mut g, "ve", Op::Add, &[var, eps]);
+        let sd = node(&mut g, "sd", Op::Sqrt, &[ve]);
+        let n = node(&mut g, "n", Op::Div, &[d, sd]);
+        let m = node(&mut g, "m", Op::Mul, &[n, sc]);
+        let y = node(&mut g, "y", Op::Add, &[m, bi]);
+        g.mark_output(y).unwrap();
+        graphs.push(g);
+    }
+    {
+        // Softmax spelt out, then a consumer; the row max is also an output (one per row).
+        let mut g = ComputeGraph::new("decomposed_softmax");
+        let x = g.add_input("x", f32t, [4, 33]).unwrap();
+        let mx = node(&mut g, "mx", Op::ReduceMax { axes: Some(vec![1]), keepdims: true }, &[x]);
+        let d = node(&mut g, "d", Op::Sub, &[x, mx]);
+        let ex = node(&mut g, "ex", Op::Exp, &[d]);
+        let sm = node(&mut g, "sm", Op::ReduceSum { axes: Some(vec![1]), keepdims: true }, &[ex]);
+        let p = node(&mut g, "p", Op::Div, &[ex, sm]);
+        let y = node(&mut g, "y", Op::Relu, &[p]);
+        g.mark_output(y).unwrap();
+        g.mark_output(mx).unwrap();
+        graphs.push(g);
+    }
+    {
+        // Softmax of scaled, masked scores, with a consumer; a row sum with a per-row epilogue.
+        let mut g = ComputeGraph::new("softmax_producers");
+        let s = g.add_input("s", f32t, [2, 2, 5, 5]).unwrap();
+        let mask = g.add_input("mask", f32t, [5]).unwrap();
+        let k = g.add_constant("k", f32t, [], 0.125f32.to_le_bytes().to_vec()).unwrap();
+        let sc = node(&mut g, "sc", Op::Mul, &[s, k]);
+        let mk = node(&mut g, "mk", Op::Add, &[sc, mask]);
+        let sm = node(&mut g, "softmax", Op::Softmax { axis: -1 }, &[mk]);
+        let y = node(&mut g, "y", Op::Mul, &[sm, s]);
+        g.mark_output(y).unwrap();
+        let t = g.add_input("t", f32t, [3, 7]).unwrap();
+        let e = node(&mut g, "e", Op::Abs, &[t]);
+        let rs = node(&mut g, "rs", Op::ReduceSum { axes: Some(vec![1]), keepdims: false }, &[e]);
+        let z = node(&mut g, "z", Op::Sqrt, &[rs]);
+        g.mark_output(z).unwrap();
+        graphs.push(g);
+    }
+    {
+        // Integer rows: |x| summed and maxed per row, with a per-row consumer and a full-shaped one.
+        let mut g = ComputeGraph::new("integer_rows");
+        let x = g.add_input("x", DType::I32, [3, 9]).unwrap();
+        let a = node(&mut g, "a", Op::Abs, &[x]);
+        let s = node(&mut g, "s", Op::ReduceSum { axes: Some(vec![1]), keepdims: true }, &[a]);
+        let m = node(&mut g, "m", Op::ReduceMax { axes: Some(vec![1]), keepdims: true }, &[a]);
+        let q = node(&mut g, "q", Op::ReduceMean { axes: Some(vec![1]), keepdims: true }, &[a]);
+        let t = node(&mut g, "t", Op::Sub, &[s, m]);
+        let y = node(&mut g, "y", Op::Sub, &[a, q]);
+        g.mark_output(t).unwrap();
+        g.mark_output(y).unwrap();
+        graphs.push(g);
+    }
+    graphs.push(synth::transformer(1, 16, 2, 8, 1).unwrap());
+    let mut fused = PlanOptions::with_streams(2);
+    fused.fusion.caps = codegen::fusion_caps();
+    assert!(fused.fusion.caps.reduction_fusion);
+    let Some(runs) = differential(test, &graphs, &fused, 1e-5) else {
+        return;
+    };
+    // The fusion pass made one row kernel of each decomposed normalisation and of the integer rows (else this test
+    // would prove nothing about `reduce::fused`).
+    for (name, kernels) in [("decomposed_layernorm", 1), ("decomposed_softmax", 1), ("integer_rows", 1)] {
+        let r = runs.iter().find(|r| r.graph == name && r.tag == "opt").unwrap();
+        assert_eq!(r.plan.kernels().len(), kernels, "{name}: kernels of the fused plan");
+        assert!(r.sources.iter().all(|s| matches!(s.launch, codegen::Launch::Rows { .. })), "{name}: a row kernel");
+    }
+    // The same sources are CUDA C that NVRTC accepts (the emulator compiles them as C++ with a shim).
+    if common::nvrtc_or_skip(test) {
+        let sources: Vec<_> = runs.into_iter().flat_map(|r| r.sources).collect();
+        let cache = exec_cuda::CompileCache::from_env();
+        let n = common::compile_distinct(test, &sources, &cache, &exec_cuda::CompileOptions::default());
+        eprintln!("{test}: {n} distinct kernels compiled with NVRTC");
     }
 }

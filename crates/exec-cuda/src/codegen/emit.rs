@@ -178,6 +178,19 @@ pub(crate) struct Emitter<'k> {
     pub(crate) indent: usize,
     memo: Vec<HashMap<(ValueId, String), String>>,
     next: usize,
+    /// Values a row kernel has already reduced (one per row) or can express per element from per-row results.
+    pub(crate) rows: HashMap<ValueId, RowValue>,
+}
+
+/// A value of a fused row kernel known through per-row results (`reduce::fused`).
+#[derive(Clone, Debug)]
+pub(crate) enum RowValue {
+    /// One value per row, held in a C variable.
+    Scalar(String),
+    /// Softmax's output element: `exp(x - max) / sum`.
+    Softmax { x: ValueId, max: String, sum: String },
+    /// LayerNormalization's output element: `(x - mean) * rstd * scale (+ bias)`.
+    LayerNorm { x: ValueId, mean: String, rstd: String, scale: ValueId, bias: Option<ValueId> },
 }
 
 impl<'k> Emitter<'k> {
@@ -205,6 +218,7 @@ impl<'k> Emitter<'k> {
             indent: 0,
             memo: vec![HashMap::new()],
             next: 0,
+            rows: HashMap::new(),
         })
     }
 
@@ -252,7 +266,9 @@ impl<'k> Emitter<'k> {
             return Ok(name.clone());
         }
         let val = self.value(v)?;
-        let name = if let Some(&b) = self.read_buf.get(&v) {
+        let name = if let Some(rv) = self.rows.get(&v).cloned() {
+            self.row_value(v, rv, idx)?
+        } else if let Some(&b) = self.read_buf.get(&v) {
             let d = self.buf_dtype.get(b).copied().unwrap_or(val.dtype);
             self.def(compute_type(val.dtype), "v", &load(&format!("b{b}"), idx, d))
         } else if let Some(&(ii, pos)) = self.producer.get(&v) {
@@ -264,6 +280,33 @@ impl<'k> Emitter<'k> {
             m.insert(key, name.clone());
         }
         Ok(name)
+    }
+
+    /// A row kernel's value at element `idx` of its own shape, from per-row results.
+    fn row_value(&mut self, v: ValueId, rv: RowValue, idx: &str) -> CudaResult<String> {
+        let out = self.value(v)?;
+        let (od, oshape) = (out.dtype, out.shape.dims().to_vec());
+        match rv {
+            RowValue::Scalar(name) => Ok(name),
+            RowValue::Softmax { x, max, sum } => {
+                let xi = self.at(x, idx)?;
+                Ok(self.def("float", "v", &round(&format!("expf({xi} - {max}) / {sum}"), od)))
+            }
+            RowValue::LayerNorm { x, mean, rstd, scale, bias } => {
+                let xi = self.at(x, idx)?;
+                let sshape = self.value(scale)?.shape.dims().to_vec();
+                let si = self.broadcast_index(idx, &oshape, &sshape);
+                let s = self.at(scale, &si)?;
+                let mut expr = format!("({xi} - {mean}) * {rstd} * {s}");
+                if let Some(b) = bias {
+                    let bshape = self.value(b)?.shape.dims().to_vec();
+                    let bi = self.broadcast_index(idx, &oshape, &bshape);
+                    let bv = self.at(b, &bi)?;
+                    expr = format!("{expr} + {bv}");
+                }
+                Ok(self.def("float", "v", &round(&expr, od)))
+            }
+        }
     }
 
     /// Coordinate `d` of linear index `idx` in `shape`, as a C expression.
@@ -364,6 +407,15 @@ impl<'k> Emitter<'k> {
                 let (_, src) = input(0)?;
                 let x = elementwise(self, 0)?;
                 cast(&x, src.dtype, *to)
+            }
+            Pow if !od.is_float() => {
+                let (_, exponent) = input(1)?;
+                if exponent.dtype.is_float() || od == DType::Bool {
+                    return Err(unsupported(k, format!("Pow of {od} by {} (node '{}')", exponent.dtype, instr.node)));
+                }
+                let a = elementwise(self, 0)?;
+                let b = elementwise(self, 1)?;
+                int_pow(self, &a, &b, ct)
             }
             Add | Sub | Mul | Div | Pow | Max | Min | Equal | Less | LessOrEqual | Greater | GreaterOrEqual | And
             | Or => {
@@ -499,7 +551,12 @@ impl<'k> Emitter<'k> {
                 let ii2 = self.def("long long", "t", &join_or_zero(&iterms));
                 let raw = self.at(iv, &ii2)?;
                 let dim = dshape[a];
-                // Negative indices count from the end; out-of-range ones are clamped so no load leaves the buffer.
+                if dim == 0 && oshape.iter().all(|&d| d > 0) {
+                    return Err(unsupported(k, format!("Gather from an empty axis (node '{}')", instr.node)));
+                }
+                // Negative indices count from the end; out-of-range ones are clamped to [0, dim - 1], so no load
+                // leaves the buffer. A kernel cannot report them (the simulator does): the result is then the
+                // nearest edge row, which the crate docs state.
                 let g = self.def(
                     "long long",
                     "t",
@@ -552,9 +609,12 @@ impl<'k> Emitter<'k> {
                 conv(self, instr, attrs, &oshape, idx)?
             }
             MaxPool(attrs) | AveragePool(attrs) => {
-                float_only(self, instr.op.name())?;
+                let max = matches!(instr.op, MaxPool(_));
+                if !max || od == DType::Bool {
+                    float_only(self, instr.op.name())?;
+                }
                 let (v, val) = input(0)?;
-                pool(self, v, val.shape.dims(), &oshape, idx, attrs, matches!(instr.op, MaxPool(_)))?
+                pool(self, v, val.shape.dims(), &oshape, idx, attrs, max, od)?
             }
             other => {
                 return Err(unsupported(k, format!("{} (node '{}') in a per-element kernel", other.name(), instr.node)))
@@ -562,6 +622,36 @@ impl<'k> Emitter<'k> {
         };
         Ok(self.def(ct, "v", &round(&expr, od)))
     }
+}
+
+/// The smallest value of an integer dtype, as a C literal of its compute type.
+pub(crate) fn lowest(d: DType) -> String {
+    match d {
+        DType::I64 => "(-9223372036854775807LL - 1LL)".to_owned(),
+        DType::I32 => "(-2147483647 - 1)".to_owned(),
+        DType::I8 => "(-128)".to_owned(),
+        _ => "0".to_owned(),
+    }
+}
+
+/// Integer Pow as the simulator computes it: a negative exponent gives 1 for base 1, +-1 for base -1 and 0 for
+/// any other base; otherwise the power wraps (two's complement), with the exponent capped at 2^32 - 1.
+fn int_pow(e: &mut Emitter<'_>, a: &str, b: &str, ct: &str) -> String {
+    let r = e.fresh("v");
+    e.line(&format!("long long {r};"));
+    e.open(&format!("if ({b} < 0)"));
+    e.line(&format!("{r} = {a} == 1 ? 1LL : ({a} == -1 ? ({b} % 2 == 0 ? 1LL : -1LL) : 0LL);"));
+    e.close();
+    e.open("else");
+    let (base, acc, exp) = (e.fresh("p"), e.fresh("p"), e.fresh("p"));
+    e.line(&format!("unsigned long long {base} = (unsigned long long)(long long){a}, {acc} = 1ULL;"));
+    e.line(&format!(
+        "unsigned long long {exp} = (unsigned long long){b} > 4294967295ULL ? 4294967295ULL : (unsigned long long){b};"
+    ));
+    e.line(&format!("while ({exp} != 0ULL) {{ if ({exp} & 1ULL) {acc} *= {base}; {base} *= {base}; {exp} >>= 1; }}"));
+    e.line(&format!("{r} = (long long){acc};"));
+    e.close();
+    format!("({ct})({r})")
 }
 
 fn join_or_zero(terms: &[String]) -> String {
@@ -727,8 +817,10 @@ fn binary(e: &Emitter<'_>, op: &Op, a: &str, b: &str, d: DType, node: &str) -> C
     })
 }
 
-/// ONNX Cast: float to integer truncates toward zero (PTX `cvt.rzi` saturates, NaN gives 0), anything to bool is
-/// `x != 0`, to f16/bf16 rounds to nearest even.
+/// ONNX Cast: float to integer truncates toward zero and saturates at the target's range, NaN giving 0 (Rust's
+/// `as`, the simulator's rule; spelled out rather than left to the hardware, whose out-of-range conversions differ
+/// between the GPU and a host CPU); integer to narrower integer wraps (in `round`); anything to bool is `x != 0`;
+/// to f16/bf16 rounds to nearest even.
 fn cast(x: &str, from: DType, to: DType) -> String {
     if to == DType::Bool {
         return format!("({x} != 0)");
@@ -736,11 +828,25 @@ fn cast(x: &str, from: DType, to: DType) -> String {
     if from == DType::Bool {
         return format!("(({}){x} ? 1 : 0)", compute_type(to)).replace("(bool)", "");
     }
+    if from.is_float() && !to.is_float() {
+        // [lo, hi] of the target; `above` is the smallest float above hi (hi itself may not be a float).
+        let (ct, lo, hi, above) = match to {
+            DType::I64 => {
+                ("long long", "(-9223372036854775807LL - 1LL)", "9223372036854775807LL", "9223372036854775808.0f")
+            }
+            DType::I32 => ("int", "(-2147483647 - 1)", "2147483647", "2147483648.0f"),
+            DType::I8 => ("int", "(-128)", "127", "128.0f"),
+            _ => ("int", "0", "255", "256.0f"),
+        };
+        return format!(
+            "({x} != {x} ? ({ct})0 : ({x} <= ({ct}){lo} ? ({ct}){lo} : ({x} >= {above} ? ({ct}){hi} : ({ct})({x}))))"
+        );
+    }
     match to {
         DType::F32 | DType::F16 | DType::BF16 => format!("(float)({x})"),
         DType::I64 => format!("(long long)({x})"),
         DType::I32 => format!("(int)({x})"),
-        // Narrow integers: through int (float to int truncates), then wrap to the narrow type in `round`.
+        // Narrow integers: through int, then wrap to the narrow type in `round`.
         DType::I8 | DType::U8 => format!("(int)({x})"),
         DType::Bool => format!("({x} != 0)"),
     }
@@ -934,6 +1040,7 @@ fn conv(
     Ok(acc)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn pool(
     e: &mut Emitter<'_>,
     v: ValueId,
@@ -942,6 +1049,7 @@ fn pool(
     idx: &str,
     a: &PoolAttrs,
     max: bool,
+    od: DType,
 ) -> CudaResult<String> {
     let sp = xs.len().saturating_sub(2);
     if sp == 0 || a.kernel_shape.len() != sp {
@@ -955,7 +1063,13 @@ fn pool(
     let o: Vec<String> = (0..sp).map(|d| e.def("long long", "t", &Emitter::coord(idx, oshape, 2 + d))).collect();
     let acc = e.fresh("acc");
     let cnt = e.fresh("n");
-    e.line(&format!("float {acc} = {};", if max { "-__int_as_float(0x7f800000)" } else { "0.0f" }));
+    let float = od.is_float();
+    let init = match (max, float) {
+        (false, _) => "0.0f".to_owned(),
+        (true, true) => "-__int_as_float(0x7f800000)".to_owned(),
+        (true, false) => lowest(od),
+    };
+    e.line(&format!("{} {acc} = {init};", compute_type(od)));
     e.line(&format!("long long {cnt} = 0;"));
     let mut pos = Vec::new();
     for d in 0..sp {
@@ -972,8 +1086,10 @@ fn pool(
     }
     let xi = e.def("long long", "t", &terms.join(" + "));
     let x = e.at(v, &xi)?;
-    if max {
+    if max && float {
         e.line(&format!("{acc} = fmaxf({acc}, {x});"));
+    } else if max {
+        e.line(&format!("if ({x} > {acc}) {acc} = {x};"));
     } else {
         e.line(&format!("{acc} += {x};"));
         if !a.count_include_pad {

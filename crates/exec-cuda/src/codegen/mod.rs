@@ -101,8 +101,11 @@ pub struct KernelSource {
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
-/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs); row kernels take
-/// one reduction with elementwise producers, but not epilogues, so `reduction_fusion` stays off until they do.
+/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs) and any chain of
+/// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
+/// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
+/// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too). Kernel
+/// parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
 #[must_use]
 pub fn fusion_caps() -> FusionCaps {
     FusionCaps {
@@ -110,7 +113,7 @@ pub fn fusion_caps() -> FusionCaps {
         gemm_epilogue: true,
         conv_epilogue: true,
         pool_epilogue: true,
-        reduction_fusion: false,
+        reduction_fusion: true,
         multi_output: true,
         // The per-element emitter indexes every value in its own shape, data movement included.
         injective_fusion: true,
@@ -120,24 +123,54 @@ pub fn fusion_caps() -> FusionCaps {
     }
 }
 
-/// Generates every kernel of `plan`, in kernel id order.
+/// Choices of the code generator that do not come from the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CodegenOptions {
+    /// Run eligible MatMul/Gemm anchors through cuBLAS (plus an epilogue kernel). Off: every product is a
+    /// generated per-element kernel, for machines where libcublas cannot be loaded.
+    pub cublas: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> Self {
+        Self { cublas: true }
+    }
+}
+
+/// Generates every kernel of `plan`, in kernel id order, with cuBLAS anchors.
 ///
 /// # Errors
 /// The first kernel that cannot be generated, as [`generate`].
 pub fn generate_all(plan: &ExecutionPlan) -> CudaResult<Vec<KernelSource>> {
-    plan.kernels().iter().map(generate).collect()
+    generate_all_with(plan, &CodegenOptions::default())
 }
 
-/// Generates the code of one plan kernel.
+/// [`generate_all`] with explicit options.
+///
+/// # Errors
+/// As [`generate_with`].
+pub fn generate_all_with(plan: &ExecutionPlan, options: &CodegenOptions) -> CudaResult<Vec<KernelSource>> {
+    plan.kernels().iter().map(|k| generate_with(k, options)).collect()
+}
+
+/// Generates the code of one plan kernel, with cuBLAS anchors.
 ///
 /// # Errors
 /// [`CudaError::Unsupported`] naming the kernel and what it cannot express.
 pub fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
+    generate_with(kernel, &CodegenOptions::default())
+}
+
+/// [`generate`] with explicit options.
+///
+/// # Errors
+/// As [`generate`].
+pub fn generate_with(kernel: &Kernel, options: &CodegenOptions) -> CudaResult<KernelSource> {
     let mut src = match kernel.kind {
         GroupKind::Custom => custom(kernel),
         GroupKind::Copy => Err(unsupported(kernel, "a copy group has no kernel (it is a Copy step)")),
         GroupKind::Reduction => reduce::generate(kernel),
-        GroupKind::Anchor => match blas_anchor(kernel)? {
+        GroupKind::Anchor => match if options.cublas { blas_anchor(kernel)? } else { None } {
             Some(s) => Ok(s),
             None => emit::generate(kernel, None),
         },

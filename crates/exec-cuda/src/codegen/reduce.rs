@@ -4,7 +4,7 @@
 
 use graph_plan::{Access, Kernel, Op, Shape, ValueId};
 
-use super::emit::{flit, norm_axis, store, Emitter, PRELUDE};
+use super::emit::{compute_type, flit, lowest, norm_axis, round, store, Emitter, RowValue, PRELUDE};
 use super::{unsupported, value_checked, Buffers, KernelSource, Launch, ENTRY, ROW_BLOCK};
 use crate::error::CudaResult;
 
@@ -45,36 +45,48 @@ __device__ float block_max(float v, float* sh) {
 }
 "#;
 
-/// What one row kernel computes.
-enum Shape3 {
-    /// Sum, mean or max of each row into one output element.
-    Reduce { max: bool, mean: bool },
-    /// Softmax over each row.
-    Softmax,
-    /// LayerNormalization of each row (scale, optional bias).
-    LayerNorm { epsilon: f32, scale: ValueId, bias: Option<ValueId> },
+/// The integer counterparts, emitted only into integer reductions (so float kernels keep their text): partial
+/// results accumulate in 64 bits and add as unsigned, so a sum wraps (two's complement) instead of overflowing.
+const BLOCK_HELPERS_I64: &str = r#"__device__ __forceinline__ long long warp_sum_i64(long long v) {
+    for (int o = 16; o > 0; o >>= 1) v = (long long)((unsigned long long)v + (unsigned long long)__shfl_down_sync(0xffffffffu, v, o));
+    return v;
 }
+__device__ __forceinline__ long long warp_max_i64(long long v) {
+    for (int o = 16; o > 0; o >>= 1) { const long long w = __shfl_down_sync(0xffffffffu, v, o); v = w > v ? w : v; }
+    return v;
+}
+__device__ long long block_sum_i64(long long v, long long* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_sum_i64(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < warps) ? sh[threadIdx.x] : 0LL;
+    if (warp == 0) v = warp_sum_i64(v);
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    const long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+__device__ long long block_max_i64(long long v, long long* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    v = warp_max_i64(v);
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = (threadIdx.x < warps) ? sh[threadIdx.x] : (-9223372036854775807LL - 1LL);
+    if (warp == 0) v = warp_max_i64(v);
+    if (threadIdx.x == 0) sh[0] = v;
+    __syncthreads();
+    const long long r = sh[0];
+    __syncthreads();
+    return r;
+}
+"#;
 
-pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
-    let (ri, red) = kernel
-        .body
-        .iter()
-        .enumerate()
-        .find(|(_, i)| i.op.category() == graph_plan::ir::OpCategory::Reduction)
-        .ok_or_else(|| unsupported(kernel, "a reduction kernel without a reduction"))?;
-    if ri + 1 != kernel.body.len() {
-        return Err(unsupported(kernel, "elementwise epilogues after a reduction (reduction_fusion is off)"));
-    }
-    let (Some(&xv), Some(&yv)) = (red.inputs.first(), red.outputs.first()) else {
-        return Err(unsupported(kernel, format!("node '{}' lacks operands", red.node)));
-    };
-    let x = value_checked(kernel, xv)?;
-    let y = value_checked(kernel, yv)?;
-    if !x.dtype.is_float() {
-        return Err(unsupported(kernel, format!("{} over {} (node '{}')", red.op.name(), x.dtype, red.node)));
-    }
-    let xs = x.shape.dims().to_vec();
-    let rank = xs.len();
+/// The axes `red` reduces over its input (sorted, distinct), and what it computes.
+fn reduction_of(kernel: &Kernel, red: &graph_plan::Instr) -> CudaResult<(Vec<usize>, Shape3)> {
+    let xv = *red.inputs.first().ok_or_else(|| unsupported(kernel, format!("node '{}' lacks operands", red.node)))?;
+    let rank = value_checked(kernel, xv)?.shape.rank();
     let all = |axes: &Option<Vec<i64>>| -> CudaResult<Vec<usize>> {
         match axes {
             None => Ok((0..rank).collect()),
@@ -95,7 +107,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let input = |j: usize| -> CudaResult<ValueId> {
         red.inputs.get(j).copied().ok_or_else(|| unsupported(kernel, format!("node '{}' lacks input {j}", red.node)))
     };
-    let (reduced, what): (Vec<usize>, Shape3) = match &red.op {
+    Ok(match &red.op {
         Op::ReduceSum { axes, .. } => (all(axes)?, Shape3::Reduce { max: false, mean: false }),
         Op::ReduceMean { axes, .. } => (all(axes)?, Shape3::Reduce { max: false, mean: true }),
         Op::ReduceMax { axes, .. } => (all(axes)?, Shape3::Reduce { max: true, mean: false }),
@@ -113,7 +125,303 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
             )
         }
         other => return Err(unsupported(kernel, format!("{} in a row kernel", other.name()))),
+    })
+}
+
+/// A reduction domain: the input shape and the reduced axes.
+type Domain = (Vec<usize>, Vec<usize>);
+
+/// A domain with leading extent-1 axes stripped (the fusion pass compares domains that way): the shape and the
+/// reduced axes renumbered.
+fn canonical(xs: &[usize], reduced: &[usize]) -> Domain {
+    let lead = xs.iter().take_while(|&&d| d == 1).count().min(xs.len().saturating_sub(1));
+    let axes = reduced.iter().filter(|&&a| a >= lead && xs[a] != 1).map(|&a| a - lead).collect();
+    (xs[lead..].to_vec(), axes)
+}
+
+/// A fused row kernel (`FusionCaps::reduction_fusion`): reductions sharing one domain `(S, A)` with elementwise
+/// producers and consumers, where every value is a full row value (shape `S`, one per element) or a reduced one
+/// (one per row). One block per row; for each reduction in program order, one pass over the row per partial result
+/// (its producers computed inline at each element, reading earlier per-row results), combined across the block;
+/// per-row values computed once, after the reductions they need; a last pass writes the full-shaped outputs and
+/// thread 0 the per-row ones. Integer ReduceSum/Mean/Max accumulate in 64 bits, as the plain path.
+fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
+    // The domain, from the first reduction; every other must agree with it.
+    let mut domain: Option<(Vec<usize>, Vec<usize>, Domain)> = None;
+    let mut integer = false;
+    for red in kernel.body.iter().filter(|i| is_reduction(i)) {
+        let xv =
+            *red.inputs.first().ok_or_else(|| unsupported(kernel, format!("node '{}' lacks operands", red.node)))?;
+        let x = value_checked(kernel, xv)?;
+        let (reduced, what) = reduction_of(kernel, red)?;
+        // Integer inputs: sums, means and maxima (ONNX defines no integer Softmax or LayerNormalization).
+        if !x.dtype.is_float() && (x.dtype == graph_plan::DType::Bool || !matches!(what, Shape3::Reduce { .. })) {
+            return Err(unsupported(
+                kernel,
+                format!("{} over {} in a row kernel (node '{}')", red.op.name(), x.dtype, red.node),
+            ));
+        }
+        integer |= !x.dtype.is_float();
+        let canon = canonical(x.shape.dims(), &reduced);
+        match &domain {
+            None => domain = Some((x.shape.dims().to_vec(), reduced, canon)),
+            Some((_, _, c)) if *c == canon => {}
+            Some((xs, a, _)) => {
+                return Err(unsupported(
+                    kernel,
+                    format!(
+                        "reductions over different domains in one kernel: {xs:?} axes {a:?} and {:?} axes {reduced:?} \
+                         (node '{}')",
+                        x.shape.dims(),
+                        red.node
+                    ),
+                ))
+            }
+        }
+    }
+    let Some((xs, reduced, _)) = domain else {
+        return Err(unsupported(kernel, "a reduction kernel without a reduction"));
     };
+    let rank = xs.len();
+    let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
+    let kept_ext: Vec<usize> = kept.iter().map(|&d| xs[d]).collect();
+    let red_ext: Vec<usize> = reduced.iter().map(|&d| xs[d]).collect();
+    let rows: usize = kept_ext.iter().product();
+    let len: usize = red_ext.iter().product();
+    let xstr = Shape::new(xs.clone()).strides();
+    let numel = |v: ValueId| -> CudaResult<usize> {
+        let val = value_checked(kernel, v)?;
+        val.shape.numel().ok_or_else(|| unsupported(kernel, format!("shape {} overflows", val.shape)))
+    };
+    // Per-row values; with one element per row every value is both, and is computed per element.
+    let per_row = |v: ValueId| -> CudaResult<bool> { Ok(len != 1 && numel(v)? == rows) };
+    // Computed values must be full or per-row; operands from outside broadcast into them (a LayerNorm scale).
+    for instr in &kernel.body {
+        for &v in &instr.outputs {
+            let n = numel(v)?;
+            if n != rows && n != rows * len {
+                return Err(unsupported(
+                    kernel,
+                    format!(
+                        "value '{}' of {n} elements is neither a row value ({} elements) nor a per-row one ({rows}) \
+                         (node '{}')",
+                        value_checked(kernel, v)?.name,
+                        rows * len,
+                        instr.node
+                    ),
+                ));
+            }
+        }
+    }
+
+    let bufs = Buffers::of(kernel)?;
+    let mut e = Emitter::new(kernel, &bufs, None)?;
+    e.indent = 1;
+    e.line("__shared__ float sh[32];");
+    if integer {
+        e.line("__shared__ long long shl[32];");
+    }
+    e.line("const long long r = blockIdx.x;");
+    let base_terms: Vec<String> = kept
+        .iter()
+        .enumerate()
+        .filter(|&(t, _)| kept_ext[t] > 1)
+        .map(|(t, &d)| format!("{} * {}LL", coord(&kept_ext, t, "r"), xstr[d]))
+        .collect();
+    e.line(&format!("const long long base = {};", join_or_zero(&base_terms)));
+    let off = |j: &str| -> String {
+        let terms: Vec<String> = reduced
+            .iter()
+            .enumerate()
+            .filter(|&(t, _)| red_ext[t] > 1)
+            .map(|(t, &d)| format!("{} * {}LL", coord(&red_ext, t, j), xstr[d]))
+            .collect();
+        join_or_zero(&terms)
+    };
+    // One pass over the row accumulating `body(acc, element)` into a fresh `float` (or, `wide`, `long long` with
+    // the element widened) initialised to `init`; returns the accumulator's name.
+    let pass = |e: &mut Emitter<'_>,
+                xv: ValueId,
+                wide: bool,
+                init: &str,
+                body: &dyn Fn(&str, &str) -> String|
+     -> CudaResult<String> {
+        let acc = e.fresh("acc");
+        e.line(&format!("{} {acc} = {init};", if wide { "long long" } else { "float" }));
+        let j = e.fresh("j");
+        e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+        let i = e.def("long long", "i", &format!("base + {}", off(&j)));
+        let v = e.at(xv, &i)?;
+        let v = if wide { format!("(long long){v}") } else { v };
+        e.line(&body(&acc, &v));
+        e.close();
+        Ok(acc)
+    };
+    let ninf = "-__int_as_float(0x7f800000)";
+    let len_f = flit(len as f32);
+    for instr in &kernel.body {
+        if !is_reduction(instr) {
+            // Per-row values are computed once, as soon as the reductions they read are done.
+            for &o in &instr.outputs {
+                if per_row(o)? {
+                    let name = e.at(o, "r")?;
+                    e.rows.insert(o, RowValue::Scalar(name));
+                }
+            }
+            continue;
+        }
+        let (Some(&xv), Some(&yv)) = (instr.inputs.first(), instr.outputs.first()) else {
+            return Err(unsupported(kernel, format!("node '{}' lacks operands", instr.node)));
+        };
+        let yd = value_checked(kernel, yv)?.dtype;
+        let (_, what) = reduction_of(kernel, instr)?;
+        match what {
+            Shape3::Reduce { max, mean } if !value_checked(kernel, xv)?.dtype.is_float() => {
+                // As the plain path: 64-bit partials, sums wrap (two's complement), means truncate toward zero.
+                let tot = if max {
+                    let lo = lowest(graph_plan::DType::I64);
+                    let acc = pass(&mut e, xv, true, &lo, &|a, v| format!("{a} = {v} > {a} ? {v} : {a};"))?;
+                    format!("block_max_i64({acc}, shl)")
+                } else {
+                    let acc = pass(&mut e, xv, true, "0LL", &|a, v| {
+                        format!("{a} = (long long)((unsigned long long){a} + (unsigned long long){v});")
+                    })?;
+                    format!("block_sum_i64({acc}, shl)")
+                };
+                let tot = e.def("long long", "s", &tot);
+                if mean && len == 0 {
+                    return Err(unsupported(
+                        kernel,
+                        format!("integer mean over an empty axis (node '{}')", instr.node),
+                    ));
+                }
+                let res = if mean { format!("{tot} / {len}LL") } else { tot };
+                let ct = compute_type(yd);
+                let name = e.def(ct, "s", &round(&format!("({ct})({res})"), yd));
+                e.rows.insert(yv, RowValue::Scalar(name));
+            }
+            Shape3::Reduce { max, mean } => {
+                let tot = if max {
+                    let acc = pass(&mut e, xv, false, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
+                    format!("block_max({acc}, sh)")
+                } else {
+                    let acc = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += {v};"))?;
+                    format!("block_sum({acc}, sh)")
+                };
+                let tot = e.def("float", "s", &tot);
+                let res = if mean { format!("{tot} / {len_f}") } else { tot };
+                let name = e.def("float", "s", &round(&res, yd));
+                e.rows.insert(yv, RowValue::Scalar(name));
+            }
+            Shape3::Softmax => {
+                let mx = pass(&mut e, xv, false, ninf, &|a, v| format!("{a} = fmaxf({a}, {v});"))?;
+                let max = e.def("float", "s", &format!("block_max({mx}, sh)"));
+                let sm = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += expf({v} - {max});"))?;
+                let sum = e.def("float", "s", &format!("block_sum({sm}, sh)"));
+                e.rows.insert(yv, RowValue::Softmax { x: xv, max, sum });
+            }
+            Shape3::LayerNorm { epsilon, scale, bias } => {
+                let s1 = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += {v};"))?;
+                let mean = e.def("float", "s", &format!("block_sum({s1}, sh) / {len_f}"));
+                let s2 = pass(&mut e, xv, false, "0.0f", &|a, v| format!("{a} += ({v} - {mean}) * ({v} - {mean});"))?;
+                let rstd =
+                    e.def("float", "s", &format!("1.0f / sqrtf(block_sum({s2}, sh) / {len_f} + {})", flit(epsilon)));
+                e.rows.insert(yv, RowValue::LayerNorm { x: xv, mean, rstd, scale, bias });
+            }
+        }
+    }
+    // Outputs: full row values in one last pass, per-row ones by thread 0.
+    let mut full = Vec::new();
+    let mut row_writes = Vec::new();
+    for (pi, p) in kernel.params.iter().enumerate() {
+        if p.access != Access::Write {
+            continue;
+        }
+        let b = bufs.of_param[pi];
+        let d = value_checked(kernel, p.value)?.dtype;
+        match e.rows.get(&p.value) {
+            Some(RowValue::Scalar(name)) if per_row(p.value)? || numel(p.value)? == rows => {
+                row_writes.push(format!("b{b}[r] = {};", store(name, d)));
+            }
+            _ => full.push((p.value, b, d)),
+        }
+    }
+    if !full.is_empty() {
+        let j = e.fresh("j");
+        e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+        let i = e.def("long long", "i", &format!("base + {}", off(&j)));
+        for (v, b, d) in full {
+            let x = e.at(v, &i)?;
+            e.line(&format!("b{b}[{i}] = {};", store(&x, d)));
+        }
+        e.close();
+    }
+    if !row_writes.is_empty() {
+        e.open("if (threadIdx.x == 0)");
+        for w in &row_writes {
+            e.line(w);
+        }
+        e.close();
+    }
+    let body = std::mem::take(&mut e.out);
+    let helpers = if integer { format!("{BLOCK_HELPERS}{BLOCK_HELPERS_I64}") } else { BLOCK_HELPERS.to_owned() };
+    let source =
+        format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
+    Ok(KernelSource {
+        kernel: kernel.id,
+        name: kernel.name.clone(),
+        entry: ENTRY.to_owned(),
+        source,
+        params: bufs.params(),
+        args: bufs.list.clone(),
+        launch: Launch::Rows { rows: rows as u64, block: ROW_BLOCK },
+        blas: None,
+    })
+}
+
+/// What one row kernel computes.
+enum Shape3 {
+    /// Sum, mean or max of each row into one output element.
+    Reduce { max: bool, mean: bool },
+    /// Softmax over each row.
+    Softmax,
+    /// LayerNormalization of each row (scale, optional bias).
+    LayerNorm { epsilon: f32, scale: ValueId, bias: Option<ValueId> },
+}
+
+fn is_reduction(i: &graph_plan::Instr) -> bool {
+    i.op.category() == graph_plan::ir::OpCategory::Reduction
+}
+
+/// A row kernel: one reduction as the last op writing only its result (the plain path, which also takes integer
+/// inputs), or a fused row kernel ([`fused`]).
+pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
+    let reductions = kernel.body.iter().filter(|i| is_reduction(i)).count();
+    let (ri, red) = kernel
+        .body
+        .iter()
+        .enumerate()
+        .find(|(_, i)| is_reduction(i))
+        .ok_or_else(|| unsupported(kernel, "a reduction kernel without a reduction"))?;
+    let writes = kernel.params.iter().filter(|p| p.access == Access::Write).count();
+    if reductions > 1 || ri + 1 != kernel.body.len() || writes != 1 {
+        return fused(kernel);
+    }
+    let (Some(&xv), Some(&yv)) = (red.inputs.first(), red.outputs.first()) else {
+        return Err(unsupported(kernel, format!("node '{}' lacks operands", red.node)));
+    };
+    let x = value_checked(kernel, xv)?;
+    let y = value_checked(kernel, yv)?;
+    // Integer inputs: ReduceSum/Mean/Max only (ONNX defines no integer Softmax, LayerNormalization or pooling).
+    let integer = !x.dtype.is_float();
+    let int_ok = matches!(red.op, Op::ReduceSum { .. } | Op::ReduceMean { .. } | Op::ReduceMax { .. })
+        && x.dtype != graph_plan::DType::Bool;
+    if integer && !int_ok {
+        return Err(unsupported(kernel, format!("{} over {} (node '{}')", red.op.name(), x.dtype, red.node)));
+    }
+    let xs = x.shape.dims().to_vec();
+    let (reduced, what) = reduction_of(kernel, red)?;
+    let rank = xs.len();
     let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
     let kept_ext: Vec<usize> = kept.iter().map(|&d| xs[d]).collect();
     let red_ext: Vec<usize> = reduced.iter().map(|&d| xs[d]).collect();
@@ -124,7 +432,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let bufs = Buffers::of(kernel)?;
     let mut e = Emitter::new(kernel, &bufs, None)?;
     e.indent = 1;
-    e.line("__shared__ float sh[32];");
+    e.line(if integer { "__shared__ long long sh[32];" } else { "__shared__ float sh[32];" });
     e.line("const long long r = blockIdx.x;");
     let base_terms: Vec<String> = kept
         .iter()
@@ -165,6 +473,33 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let yd = y.dtype;
     let ninf = "-__int_as_float(0x7f800000)";
     match what {
+        Shape3::Reduce { max, mean } if integer => {
+            // Integer mean truncates toward zero, as the simulator's.
+            let pass_ll = |e: &mut Emitter<'_>, init: &str, body: &dyn Fn(&str) -> String| -> CudaResult<()> {
+                e.line(&format!("long long acc = {init};"));
+                let j = e.fresh("j");
+                e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+                let i = e.def("long long", "i", &format!("base + {}", off(&j)));
+                let v = e.at(xv, &i)?;
+                e.line(&body(&format!("(long long){v}")));
+                e.close();
+                Ok(())
+            };
+            if max {
+                pass_ll(&mut e, &lowest(graph_plan::DType::I64), &|v| format!("acc = {v} > acc ? {v} : acc;"))?;
+                e.line("const long long tot = block_max_i64(acc, sh);");
+            } else {
+                pass_ll(&mut e, "0LL", &|v| {
+                    format!("acc = (long long)((unsigned long long)acc + (unsigned long long){v});")
+                })?;
+                e.line("const long long tot = block_sum_i64(acc, sh);");
+            }
+            if mean && len == 0 {
+                return Err(unsupported(kernel, format!("integer mean over an empty axis (node '{}')", red.node)));
+            }
+            let res = if mean { format!("tot / {len}LL") } else { "tot".to_owned() };
+            e.line(&format!("if (threadIdx.x == 0) b{yb}[r] = {};", store(&res, yd)));
+        }
         Shape3::Reduce { max, mean } => {
             if max {
                 pass(&mut e, "acc", ninf, &|v| format!("acc = fmaxf(acc, {v});"))?;
@@ -215,8 +550,9 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
         }
     }
     let body = std::mem::take(&mut e.out);
+    let helpers = if integer { BLOCK_HELPERS_I64 } else { BLOCK_HELPERS };
     let source =
-        format!("{PRELUDE}{BLOCK_HELPERS}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
+        format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
     Ok(KernelSource {
         kernel: kernel.id,
         name: kernel.name.clone(),

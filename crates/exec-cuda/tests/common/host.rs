@@ -4,13 +4,24 @@
 //! function statics, `__syncthreads` and warp shuffles through barriers) and run block by block: per-element
 //! kernels on one host thread, row kernels with one host thread per CUDA thread. A plan runs step by step in
 //! submission order (one stream's order is a valid order); cuBLAS steps run as a plain host product.
+//!
+//! Compiling the shim's headers dominates, so a [`HostProgram`] holds many kernels (every distinct source of many
+//! plans) in one executable, and [`HostEmu`] runs any plan whose kernels it holds through graph-plan's `Executor`
+//! trait, which is how the conformance suite runs here.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use exec_cuda::codegen::{self, Launch};
-use graph_plan::{BufferRef, ExecutionPlan, PlanStep, Region};
+use exec_cuda::codegen::{self, KernelSource, Launch};
+use exec_cuda::CudaError;
+use graph_plan::{
+    BindingRole, BufferRef, ExecError, ExecutionPlan, Executor, HostTensor, PlanStep, PreparedPlan, Region, TensorMap,
+    Unavailable,
+};
 
 const SHIM: &str = r#"
 #define CUPLAN_HOST 1
@@ -41,14 +52,17 @@ static inline float h2f(unsigned short h) { _Float16 x; memcpy(&x, &h, 2); retur
 static inline unsigned short f2h(float f) { _Float16 x = (_Float16)f; unsigned short h; memcpy(&h, &x, 2); return h; }
 static std::barrier<>* cuplan_block_bar = nullptr;
 static std::vector<std::unique_ptr<std::barrier<>>> cuplan_warp_bar;
-static float cuplan_slots[1024];
+static unsigned long long cuplan_slots[1024];
 static inline void __syncthreads() { cuplan_block_bar->arrive_and_wait(); }
-static inline float __shfl_down_sync(unsigned, float v, int o) {
+template <typename T>
+static inline T __shfl_down_sync(unsigned, T v, int o) {
+    static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a wide type");
     unsigned t = threadIdx.x, w = t >> 5;
-    cuplan_slots[t] = v;
+    memcpy(&cuplan_slots[t], &v, sizeof(T));
     cuplan_warp_bar[w]->arrive_and_wait();
     unsigned src = t + (unsigned)o;
-    float r = ((t & 31) + (unsigned)o < 32 && src < blockDim.x) ? cuplan_slots[src] : v;
+    T r = v;
+    if ((t & 31) + (unsigned)o < 32 && src < blockDim.x) memcpy(&r, &cuplan_slots[src], sizeof(T));
     cuplan_warp_bar[w]->arrive_and_wait();
     return r;
 }
@@ -147,46 +161,165 @@ impl HostRegions {
 }
 
 fn scratch(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("host-emu-{tag}-{}", std::process::id()));
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("host-emu-{tag}-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
 
-/// Runs every step of `plan` on the host in submission order.
-pub fn run_plan(cxx: &str, tag: &str, plan: &ExecutionPlan, regions: &mut HostRegions) {
-    let dir = scratch(tag);
-    let sources = codegen::generate_all(plan).unwrap();
-    let exe = build(cxx, &dir, &sources);
-    for step in &plan.steps {
-        match step {
-            PlanStep::Launch { kernel, .. } => {
-                let src = &sources[kernel.index()];
-                if let Some(b) = src.blas {
-                    host_matmul(regions, &b);
-                }
-                if src.launch != Launch::None {
-                    run_kernel(&exe, &dir, kernel.index(), src, regions);
-                }
+/// One host executable holding many generated kernels, found by their source text.
+pub struct HostProgram {
+    exe: PathBuf,
+    index: HashMap<String, usize>,
+}
+
+impl HostProgram {
+    /// Compiles every distinct launched source of `sources` into one executable.
+    pub fn build<'a>(cxx: &str, tag: &str, sources: impl IntoIterator<Item = &'a KernelSource>) -> Self {
+        let dir = scratch(tag);
+        let mut index = HashMap::new();
+        let mut distinct: Vec<&KernelSource> = Vec::new();
+        for s in sources {
+            if s.launch != Launch::None && !index.contains_key(&s.source) {
+                index.insert(s.source.clone(), distinct.len());
+                distinct.push(s);
             }
-            PlanStep::Copy { src, dst, bytes, .. } => {
-                let data = regions.bytes(*src)[..*bytes as usize].to_vec();
-                regions.bytes_mut(*dst)[..*bytes as usize].copy_from_slice(&data);
-            }
-            PlanStep::Record { .. } | PlanStep::Wait { .. } => {}
         }
+        let exe = build(cxx, &dir, &distinct);
+        HostProgram { exe, index }
+    }
+
+    /// Number of distinct kernels.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether `src` is in the program.
+    pub fn has(&self, src: &KernelSource) -> bool {
+        src.launch == Launch::None || self.index.contains_key(&src.source)
+    }
+
+    /// Runs every step of `plan` on the host in submission order; `sources` are the plan's generated kernels.
+    pub fn run(&self, plan: &ExecutionPlan, sources: &[KernelSource], regions: &mut HostRegions) {
+        let dir = scratch("run");
+        for step in &plan.steps {
+            match step {
+                PlanStep::Launch { kernel, .. } => {
+                    let src = &sources[kernel.index()];
+                    if let Some(b) = src.blas {
+                        host_matmul(regions, &b);
+                    }
+                    if src.launch != Launch::None {
+                        let i = *self
+                            .index
+                            .get(&src.source)
+                            .unwrap_or_else(|| panic!("{} is not in the program", src.name));
+                        run_kernel(&self.exe, &dir, i, src, regions);
+                    }
+                }
+                PlanStep::Copy { src, dst, bytes, .. } => {
+                    let data = regions.bytes(*src)[..*bytes as usize].to_vec();
+                    regions.bytes_mut(*dst)[..*bytes as usize].copy_from_slice(&data);
+                }
+                PlanStep::Record { .. } | PlanStep::Wait { .. } => {}
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
-/// One executable holding every kernel of the plan, each in its own namespace under its own entry name.
-fn build(cxx: &str, dir: &Path, sources: &[codegen::KernelSource]) -> PathBuf {
+/// Runs every step of `plan` on the host in submission order.
+pub fn run_plan(cxx: &str, tag: &str, plan: &ExecutionPlan, regions: &mut HostRegions) {
+    let sources = codegen::generate_all(plan).unwrap();
+    let program = HostProgram::build(cxx, tag, &sources);
+    program.run(plan, &sources, regions);
+}
+
+/// The host emulator as a graph-plan `Executor`: it runs plans whose kernels its program holds.
+#[derive(Clone)]
+pub struct HostEmu {
+    pub program: Arc<HostProgram>,
+}
+
+/// A plan prepared on the host emulator.
+pub struct HostEmuPrepared {
+    program: Arc<HostProgram>,
+    plan: ExecutionPlan,
+    sources: Vec<KernelSource>,
+    regions: HostRegions,
+}
+
+fn emu_error(e: CudaError) -> ExecError {
+    match e {
+        CudaError::Unsupported { kernel, what } => ExecError::Unsupported { kernel, what },
+        other => ExecError::Backend { backend: "host-emu", message: other.to_string() },
+    }
+}
+
+impl Executor for HostEmu {
+    type Prepared = HostEmuPrepared;
+
+    fn name(&self) -> &'static str {
+        "host-emu"
+    }
+
+    fn availability(&self) -> Result<(), Unavailable> {
+        Ok(())
+    }
+
+    fn prepare(&self, plan: &ExecutionPlan, weights: &TensorMap) -> Result<HostEmuPrepared, ExecError> {
+        graph_plan::exec::check_tensors(plan, weights, BindingRole::Weight)?;
+        let sources = codegen::generate_all(plan).map_err(emu_error)?;
+        if let Some(s) = sources.iter().find(|s| !self.program.has(s)) {
+            return Err(ExecError::Backend {
+                backend: "host-emu",
+                message: format!("{} is not in the program", s.name),
+            });
+        }
+        let mut regions = HostRegions::new(plan);
+        for b in plan.bindings() {
+            let data = match b.role {
+                BindingRole::Constant => b.data.as_deref(),
+                BindingRole::Weight => weights.get(&b.name).map(|t| t.data.as_slice()),
+                _ => None,
+            };
+            if let Some(bytes) = data {
+                regions.bytes_mut(b.buffer).copy_from_slice(bytes);
+            }
+        }
+        Ok(HostEmuPrepared { program: self.program.clone(), plan: plan.clone(), sources, regions })
+    }
+}
+
+impl PreparedPlan for HostEmuPrepared {
+    fn run(&mut self, inputs: &TensorMap) -> Result<TensorMap, ExecError> {
+        graph_plan::exec::check_tensors(&self.plan, inputs, BindingRole::Input)?;
+        for b in self.plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
+            self.regions.bytes_mut(b.buffer).copy_from_slice(&inputs[&b.name].data);
+        }
+        self.program.run(&self.plan, &self.sources, &mut self.regions);
+        Ok(self
+            .plan
+            .bindings()
+            .iter()
+            .filter(|b| b.role == BindingRole::Output)
+            .map(|b| {
+                let t =
+                    HostTensor { dtype: b.dtype, shape: b.shape.clone(), data: self.regions.bytes(b.buffer).to_vec() };
+                (b.name.clone(), t)
+            })
+            .collect())
+    }
+}
+
+/// One executable holding every given kernel, each in its own namespace under its own entry name.
+fn build(cxx: &str, dir: &Path, sources: &[&KernelSource]) -> PathBuf {
     let mut cpp = String::from(SHIM);
     let mut dispatch = String::from(
         "static void dispatch(int kernel, char mode, unsigned grid, unsigned block, void** args) {\n    switch (kernel) {\n",
     );
     for (i, s) in sources.iter().enumerate() {
-        if s.launch == Launch::None {
-            continue;
-        }
         cpp.push_str(&format!(
             "namespace k{i} {{\n#define {entry} cuplan_host_{i}\n{}\n#undef {entry}\n}}\n",
             s.source,

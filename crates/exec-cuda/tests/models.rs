@@ -1,0 +1,60 @@
+//! The four shared ONNX models (`../shared/models` beside the workspace, or `$CUPLAN_MODELS_DIR`): every kernel of
+//! their plans under this backend's fusion caps generates, with cuBLAS anchors and with generated products, and
+//! compiles with NVRTC. Prints why and passes when the models or NVRTC are absent. Running the models on a GPU is
+//! `cargo xtask gpu-check`'s job.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use exec_cuda::codegen::{self, CodegenOptions, Launch};
+use exec_cuda::{CompileCache, CompileOptions};
+use graph_plan::{ExecutionPlan, PlanOptions};
+
+const MODELS: [&str; 4] = ["resnet50", "mobilenet_v2", "googlenet", "bert_base"];
+
+fn models_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("CUPLAN_MODELS_DIR")
+        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models")), PathBuf::from);
+    if dir.join("resnet50.onnx").is_file() {
+        Some(dir)
+    } else {
+        eprintln!("SKIP: shared ONNX models not found in {} (set CUPLAN_MODELS_DIR)", dir.display());
+        None
+    }
+}
+
+#[test]
+fn shared_model_kernels_generate_and_compile() {
+    let test = "shared_model_kernels_generate_and_compile";
+    let Some(dir) = models_dir() else { return };
+    let mut opts = PlanOptions::with_streams(4);
+    opts.fusion.caps = codegen::fusion_caps();
+    let mut sources = Vec::new();
+    for m in MODELS {
+        let model = graph_onnx::import_file(dir.join(format!("{m}.onnx")), &graph_onnx::ImportOptions::default())
+            .unwrap_or_else(|e| panic!("{m}: {e}"));
+        let plan = ExecutionPlan::build_with(&model.graph, &opts).unwrap_or_else(|e| panic!("{m}: {e}"));
+        for cublas in [true, false] {
+            let s = codegen::generate_all_with(&plan, &CodegenOptions { cublas })
+                .unwrap_or_else(|e| panic!("{m} (cublas {cublas}): {e}"));
+            assert_eq!(s.len(), plan.kernels().len());
+            if cublas {
+                eprintln!(
+                    "{m}: {} kernels, {} on cuBLAS, {} launched",
+                    s.len(),
+                    s.iter().filter(|k| k.blas.is_some()).count(),
+                    s.iter().filter(|k| k.launch != Launch::None).count()
+                );
+            }
+            sources.extend(s);
+        }
+    }
+    if !common::nvrtc_or_skip(test) {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let n = common::compile_distinct(test, &sources, &CompileCache::from_env(), &CompileOptions::default());
+    eprintln!("{test}: {n} distinct kernels compiled in {:?}", started.elapsed());
+}
