@@ -39,6 +39,10 @@ pub struct PlanFlags {
     /// Turn memory reuse off (every intermediate gets its own bytes).
     #[arg(long)]
     pub no_reuse: bool,
+    /// With several streams, keep each buffer's bytes until the branches reading it have met: more pool bytes,
+    /// no reuse edge between branches (more overlap). Off: the pool stays at the order's lower bound.
+    #[arg(long)]
+    pub concurrent_lifetimes: bool,
     /// Device profile for the cost model: h200 or small.
     #[arg(long, default_value = "h200")]
     pub device: String,
@@ -56,6 +60,7 @@ impl PlanFlags {
         let mut o = PlanOptions::with_streams(self.streams);
         o.fusion.enabled = !self.no_fusion;
         o.memory.reuse = !self.no_reuse;
+        o.memory.concurrent_lifetimes = self.concurrent_lifetimes;
         o.device = device;
         o.order = match self.order {
             Order::Given => OrderStrategy::Given,
@@ -107,6 +112,7 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
         "lower_bound_bytes": s.lower_bound_bytes,
         "pool_ratio": if s.lower_bound_bytes > 0 { plan.pool_bytes as f64 / s.lower_bound_bytes as f64 } else { 1.0 },
         "reuse_edges": s.reuse_edges,
+        "reuse_edges_added": s.reuse_edges_added,
         "in_place_count": s.in_place_count,
         "num_streams": plan.num_streams,
         "event_count": plan.event_count,

@@ -4,13 +4,14 @@
 //! usage error (clap's own).
 
 mod cmd_explain;
+mod cmd_pack;
 mod cmd_plan;
 mod cmd_run;
 mod cmd_synth;
 mod cmd_validate;
 mod load;
 mod tensors_io;
-#[allow(dead_code)] // pack_svg and the progress API are wired by `pack` and `run`
+#[allow(dead_code)] // parts of the progress API are used by `run` only in some builds
 mod viz;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,8 @@ enum Command {
     Synth(cmd_synth::SynthArgs),
     /// Show a plan step by step with its figures, their bounds and the fusion decisions.
     Explain(cmd_explain::ExplainArgs),
+    /// Pack a MiniMalloc-format CSV of buffers (`id,lower,upper,size`) into one pool; validate and report.
+    Pack(cmd_pack::PackArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Synth(a) => cmd_synth::run(a),
         Command::Explain(a) => cmd_explain::run(a),
+        Command::Pack(a) => cmd_pack::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -103,7 +103,8 @@ fn shared_models_draw_without_overlap() {
     for m in ["resnet50", "bert_base", "mobilenet_v2", "googlenet"] {
         let Some(p) = model(m) else { continue };
         let doc = check(&p, 4, m);
-        assert!(doc.rects.len() > 90, "{m}: only {} rects", doc.rects.len());
+        // `check` matched every rect to a pool buffer; fused and in-place plans still hold dozens.
+        assert!(doc.rects.len() >= 40, "{m}: only {} rects", doc.rects.len());
     }
 }
 

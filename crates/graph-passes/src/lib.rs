@@ -12,6 +12,7 @@ pub mod fusion;
 pub mod ids;
 pub mod liveness;
 pub mod memory;
+pub mod order;
 pub mod stream;
 pub mod timing;
 pub mod topo;

@@ -189,11 +189,13 @@ fn families_plan_cleanly_on_every_stream_count() {
 
 #[test]
 fn inception_runs_its_branches_concurrently() {
-    // With several streams the memory plan keeps branch buffers until the branches meet (concurrent
-    // lifetimes), so its reuse edges do not chain the branches: same schedule as without reuse, smaller pool.
+    // With concurrent lifetimes the memory plan keeps branch buffers until the branches meet, so its reuse
+    // edges do not chain the branches: same schedule as without reuse, smaller pool.
     let g = synth::inception_like(3, 4).unwrap();
     let one = ExecutionPlan::build(&g, 1).unwrap();
-    let four = ExecutionPlan::build(&g, 4).unwrap();
+    let mut conc = PlanOptions::with_streams(4);
+    conc.memory.concurrent_lifetimes = true;
+    let four = ExecutionPlan::build_with(&g, &conc).unwrap();
     assert!(graph_plan::verify(&four).is_ok());
     let mut no_reuse = PlanOptions::with_streams(4);
     no_reuse.memory.reuse = false;
@@ -206,6 +208,12 @@ fn inception_runs_its_branches_concurrently() {
     assert_eq!(four.num_streams, four.stats().chains.min(4));
     assert!(four.stats().makespan_us < one.stats().makespan_us);
     assert!(four.stats().makespan_us <= 1.05 * four.stats().makespan_bound_us);
+    // The default keeps the pool at the order's bound, paying in overlap instead.
+    let tight = ExecutionPlan::build(&g, 4).unwrap();
+    assert!(graph_plan::verify(&tight).is_ok());
+    assert_eq!(tight.pool_bytes, tight.stats().lower_bound_bytes);
+    assert!(tight.pool_bytes <= four.pool_bytes);
+    assert!(tight.stats().makespan_us >= four.stats().makespan_us - 1e-9);
     // One stream: no events, and the makespan is the sum of launch times.
     assert_eq!(one.event_count, 0);
     assert!((one.stats().makespan_us - one.stats().one_stream_us).abs() < 1e-9);

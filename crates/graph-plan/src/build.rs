@@ -7,6 +7,7 @@ use graph_passes::device::{estimate_group, DeviceProfile};
 use graph_passes::fusion::{self, FusionOptions, FusionPlan, GroupKind};
 use graph_passes::liveness::{self, Liveness};
 use graph_passes::memory::{self, MemoryOptions, MemoryPlan, Placement};
+use graph_passes::order::{self, OrderReport};
 use graph_passes::stream::{self, StreamOptions, StreamPlan};
 use graph_passes::timing::{self, LaunchMode, SimStep, Timeline, TimingError};
 use graph_passes::topo::{self, TopoOrder};
@@ -150,8 +151,10 @@ pub const MAX_STREAMS: usize = 64;
 /// What the pipeline produced, pass by pass (later passes absent when stopped early).
 #[derive(Clone, Debug)]
 pub struct PipelineResult {
-    /// Topological order.
+    /// Topological order (with `OrderStrategy::Memory`, the one memory-aware ordering chose).
     pub topo: TopoOrder,
+    /// What memory-aware ordering found (`OrderStrategy::Memory` only).
+    pub order_report: Option<OrderReport>,
     /// Node-level liveness.
     pub liveness: Option<Liveness>,
     /// Fusion plan.
@@ -178,16 +181,24 @@ fn timed<T>(pass: Pass, ms: &mut Vec<(String, f64)>, f: impl FnOnce() -> T) -> T
 pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option<Pass>) -> GraphResult<PipelineResult> {
     opts.validate()?;
     graph.validate()?;
-    if opts.order == OrderStrategy::Memory {
-        return Err(GraphError::InvalidOption {
-            option: "order".into(),
-            detail: "memory-aware ordering is not available in this build yet".into(),
-        });
-    }
     let stop = |p: Pass| stop_after == Some(p);
     let mut ms = Vec::new();
-    let topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;
-    let mut r = PipelineResult { topo, liveness: None, fusion: None, memory: None, stream: None, pass_ms: Vec::new() };
+    let mut topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;
+    let mut order_report = None;
+    if opts.order == OrderStrategy::Memory {
+        let (chosen, report) = order::memory_order(graph, &topo);
+        topo = chosen;
+        order_report = Some(report);
+    }
+    let mut r = PipelineResult {
+        topo,
+        order_report,
+        liveness: None,
+        fusion: None,
+        memory: None,
+        stream: None,
+        pass_ms: Vec::new(),
+    };
     if stop(Pass::Topo) {
         r.pass_ms = ms;
         return Ok(r);
@@ -208,10 +219,11 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         return Ok(r);
     }
     let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
-    // With several streams, buffers keep their bytes until the branches reading them have joined, so the reuse
-    // edges do not serialise branches (`MemoryOptions::concurrent_lifetimes`).
-    let mut mopts = opts.memory.clone();
-    mopts.concurrent_lifetimes |= opts.max_streams > 1;
+    // With one stream every reuse is ordered anyway: the preference for DAG-ordered reuse would only cost time.
+    let mopts = MemoryOptions {
+        prefer_ordered_reuse: opts.memory.prefer_ordered_reuse && opts.max_streams > 1,
+        ..opts.memory.clone()
+    };
     let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &mopts))?;
     #[cfg(debug_assertions)]
     crate::checks::memory(&mem)?;
@@ -437,6 +449,7 @@ pub fn linearise(
         one_stream_us: 0.0,
         stream_limit_bound_us: 0.0,
         reuse_edges: mem.reuse_edges.len(),
+        reuse_edges_added: mem.reuse_edges_not_implied,
         in_place_count: mem.in_place_count,
         bytes_moved,
         bytes_moved_unfused,

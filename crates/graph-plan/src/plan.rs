@@ -275,6 +275,10 @@ pub struct PlanStats {
     pub stream_limit_bound_us: f64,
     /// Reuse edges the memory plan requires.
     pub reuse_edges: usize,
+    /// How many of `reuse_edges` the data edges do not already imply: the orderings reuse adds to the DAG (an
+    /// upper bound; the memory pass's ancestor queries are budgeted).
+    #[serde(default)]
+    pub reuse_edges_added: usize,
     /// Tensors written in place over a dying input.
     pub in_place_count: usize,
     /// Bytes moved by all launches (read + written), after fusion.

@@ -20,6 +20,8 @@ fn families_build_and_verify() {
                 let mut o = PlanOptions::with_streams(streams);
                 o.fusion.enabled = fusion;
                 o.memory.reuse = reuse;
+                // The 4-stream plans trade pool bytes for overlap.
+                o.memory.concurrent_lifetimes = streams == 4;
                 let p = ExecutionPlan::build_with(g, &o).unwrap();
                 if let Err(v) = verify(&p) {
                     panic!("{} streams={streams} fusion={fusion} reuse={reuse}: {v:?}", g.name());

@@ -509,8 +509,12 @@ fn a_violated_reuse_edge_is_reported_with_both_launches() {
 
 #[test]
 fn a_reuse_edge_moved_behind_is_reported_even_on_one_stream() {
-    // Submission order itself breaks the edge: launch `to` before `from` on the one stream.
-    let p = build(&synth::chain(20).unwrap(), 1, false, true);
+    // Submission order itself breaks the edge: launch `to` before `from` on the one stream. In place, the chain
+    // would be one buffer handed down the chain, with no reuse edge to move.
+    let mut o = PlanOptions::with_streams(1);
+    o.fusion.enabled = false;
+    o.memory.in_place = false;
+    let p = ExecutionPlan::build_with(&synth::chain(20).unwrap(), &o).unwrap();
     let o = *p.orders().iter().find(|o| launch_of(&p, o.to) > launch_of(&p, o.from) + 1).unwrap_or(&p.orders()[0]);
     let (f, t) = (launch_of(&p, o.from), launch_of(&p, o.to));
     let mut q = p.clone();

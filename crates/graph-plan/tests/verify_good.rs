@@ -32,9 +32,7 @@ fn every_family_verifies_with_any_streams_fusion_and_reuse() {
     for g in &families() {
         for streams in 1..=8 {
             for (fusion, reuse) in [(true, true), (false, false), (true, false), (false, true)] {
-                // OrderStrategy::Memory joins this list when memory-aware ordering lands.
-                #[allow(clippy::single_element_loop)]
-                for order in [OrderStrategy::Given] {
+                for order in [OrderStrategy::Given, OrderStrategy::Memory] {
                     let mut o = opts(streams, fusion, reuse);
                     o.order = order;
                     let p = ExecutionPlan::build_with(g, &o).unwrap();

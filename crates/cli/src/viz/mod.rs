@@ -14,7 +14,6 @@ pub mod table;
 
 pub use progress::Progress;
 pub use svg::memory_svg;
-#[allow(unused_imports)] // `pack --memory-svg` (cmd_pack.rs) is wired by the lead
 pub use svg::pack_svg;
 
 use graph_plan::{Access, BufferRef, DeviceProfile, ExecutionPlan, GroupKind, KernelId, PlanStep, Region, ValueId};

@@ -2,25 +2,41 @@
 //!
 //! Regions: sources go to `Weights` (weights, constants) or `Io` (graph inputs); alias groups holding a graph
 //! output go to `Io`; results of a Memcpy to the host go to `Host`; every other materialised alias group is a
-//! buffer of the activation `Pool`, live over launch steps (groups in execution order, DESIGN.md section 5),
-//! packed by the packing core (`pack`). Fused-away intermediates take no memory.
+//! buffer of the activation `Pool`. Fused-away intermediates take no memory.
 //!
-//! Reuse edges (DESIGN.md section 3): when buffer B takes bytes that buffer A held, every reader of A must
-//! happen-before B's writer. Sweeping buffers by start step over an address map of "most recent occupant" finds,
-//! for each B, exactly the buffers whose bytes it takes last, in O(n log n); the edges run from each reader (or
-//! the writer, when unread) of those buffers to B's writer.
+//! The pool, top to bottom (each step in its own module):
+//! 1. `model`: the pool's buffers (one per alias group), their writer and reader kernels, the in-place
+//!    candidates — independent of the launch order.
+//! 2. Lifetimes over launch steps (DESIGN.md section 5) in the fusion plan's order, and the in-place handovers
+//!    (`MemoryOptions::in_place`): an elementwise kernel writes its output over an input that dies at that
+//!    launch. The donor's lifetime then ends at the handover step, and donor and heir form one *unit* that
+//!    shares one offset (a chain when the heir donates in turn).
+//! 3. `pack`: offsets for the units — the greedy portfolio, then the exact search under `pack_effort` where the
+//!    greedy result is above the lower bound and the component is small enough. Deterministic.
+//! 4. `reuse::prefer_ordered` (`prefer_ordered_reuse`): units whose place would add an ordering the DAG does
+//!    not imply move, when they can, to a gap of the packed pool that adds none.
+//! 5. `reuse::edges`: the reuse edges the stream pass must honour, and how many the data edges do not imply.
+//!
+//! `lower_bound_bytes` is the sweep bound of the buffers as packed (in-place donors end at their handover), so
+//! `lower_bound_bytes <= pool_bytes <= naive_bytes`. Cost: O(N + E) for the model and lifetimes, O(n log n) for
+//! the sweeps, the packer's near-linear greedy plus its bounded search; the ordering preference adds
+//! O(k log k) per revisited unit and bounded ancestor queries.
 
+pub(crate) mod model;
 pub mod pack;
+pub(crate) mod reach;
+mod reuse;
 
-use graph_ir::{ComputeGraph, GraphError, NodeId, Op, TensorId, TensorRole};
+use graph_ir::{ComputeGraph, GraphError, NodeId, TensorId, TensorRole};
 use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
-use std::collections::BTreeMap;
 
 use crate::fusion::FusionPlan;
 use crate::ids::GroupId;
-use crate::liveness::{self, Lifetime};
+use crate::liveness::Lifetime;
 use crate::topo::TopoOrder;
+use model::{Classes, PoolModel};
+use reach::{GroupDag, Reach};
 
 /// A memory region of the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -92,19 +108,27 @@ pub struct MemoryOptions {
     pub alignment: u64,
     /// Largest pool accepted; above it planning fails with an error.
     pub max_pool_bytes: u64,
-    /// Deterministic effort budget for the packer's improvement stage.
+    /// Deterministic effort budget for the packer's exact search (work units, about 10^8 per second; 0: greedy
+    /// portfolio only). Spent only on components the greedy result leaves above their lower bound.
     pub pack_effort: u64,
     /// Seed for the packer.
     pub seed: u64,
-    /// Plan for concurrent streams: each buffer's bytes stay reserved through the join of its readers (their
-    /// nearest common post-dominator in the group DAG; to the end when they never meet), so a later tenant of the same
-    /// bytes is written after the branches that read the old one have met, and the reuse edges do not chain
-    /// branches the stream pass could otherwise run side by side. Costs pool bytes (reported against
-    /// `lower_bound_bytes`, which stays the bound for plain group-order lifetimes). The pipeline turns it on
-    /// with more than one stream.
+    /// Among places of equal cost, prefer reuse the DAG already orders, and hand over bytes in place only when
+    /// the input's other readers are ordered before the kernel: no reuse edge then serialises concurrent work.
+    /// Only matters with several streams (the pipeline turns it off for one).
+    pub prefer_ordered_reuse: bool,
+    /// Trade pool bytes for overlap: each buffer's bytes stay reserved until the branches reading it have met
+    /// (the nearest common post-dominator of its readers' first merges in the group DAG, or earlier a merge no
+    /// data edge spans; to the end when they never meet), so no reuse edge chains branches the stream pass could
+    /// run side by side. Off by default (the pool stays at the order's bound); `lower_bound_bytes` stays the bound
+    /// of the plain lifetimes, so the report shows what the overlap costs. Only matters with several streams.
     #[serde(default)]
     pub concurrent_lifetimes: bool,
 }
+
+/// The packer's default effort for graphs: at most about 0.1 s of search, spent only where the greedy result is
+/// above the lower bound.
+pub const DEFAULT_PACK_EFFORT: u64 = 10_000_000;
 
 impl Default for MemoryOptions {
     fn default() -> Self {
@@ -113,8 +137,9 @@ impl Default for MemoryOptions {
             in_place: true,
             alignment: 256,
             max_pool_bytes: 1 << 48,
-            pack_effort: 0,
+            pack_effort: DEFAULT_PACK_EFFORT,
             seed: 0,
+            prefer_ordered_reuse: true,
             concurrent_lifetimes: false,
         }
     }
@@ -150,10 +175,17 @@ pub struct MemoryPlan {
     pub lower_bound_bytes: u64,
     /// Orderings the stream pass must honour.
     pub reuse_edges: Vec<ReuseEdge>,
+    /// How many of `reuse_edges` the data edges do not already imply (`from` is not known to be an ancestor of
+    /// `to`): the orderings reuse adds to the DAG. An upper bound: ancestor queries are budgeted.
+    pub reuse_edges_not_implied: usize,
     /// Graph outputs whose bytes alias a source: (source tensor, output tensor) pairs to copy.
     pub output_copies: Vec<(TensorId, TensorId)>,
     /// Tensors written in place over a dying input.
     pub in_place_count: usize,
+    /// The in-place handovers: (input alias root, output root written over it, kernel), in launch order.
+    pub in_place: Vec<(TensorId, TensorId, GroupId)>,
+    /// Whether the packer proved `pool_bytes` minimal for these lifetimes.
+    pub pool_optimal: bool,
 }
 
 impl MemoryPlan {
@@ -192,6 +224,13 @@ pub fn launch_steps(graph: &ComputeGraph, order: &TopoOrder, fusion: &FusionPlan
     step
 }
 
+/// Most groups one ancestor query of the memory pass may visit.
+const REACH_LIMIT: usize = 4096;
+
+fn internal(what: impl std::fmt::Display) -> GraphError {
+    GraphError::InvalidOption { option: "internal".into(), detail: format!("memory planner bug: {what}") }
+}
+
 /// Run the memory pass.
 pub fn analyse(
     graph: &ComputeGraph,
@@ -201,29 +240,9 @@ pub fn analyse(
 ) -> Result<MemoryPlan, GraphError> {
     let _span = tracing::debug_span!("memory").entered();
     let a = opts.alignment.max(1);
-    let steps = launch_steps(graph, order, fusion);
-    let num_steps = fusion.groups.len() as u32;
-    let live = liveness::analyse_steps(graph, &order.order, &steps, num_steps);
+    let classes = Classes::new(graph, order, fusion);
 
-    // Which alias groups are materialised, and what they contain.
-    let mut materialized: SecondaryMap<TensorId, bool> = SecondaryMap::with_capacity(graph.num_tensors());
-    let mut has_output: SecondaryMap<TensorId, bool> = SecondaryMap::new();
-    let mut to_host: SecondaryMap<TensorId, bool> = SecondaryMap::new();
-    for (t, tensor) in graph.tensors() {
-        let r = live.root[t];
-        if fusion.is_materialized(graph, t) {
-            materialized.insert(r, true);
-        }
-        if tensor.role == TensorRole::Output {
-            has_output.insert(r, true);
-        }
-        if let Some(p) = tensor.producer {
-            if matches!(graph.node(p).op, Op::Memcpy { to: graph_ir::op::MemSpace::Host }) {
-                to_host.insert(r, true);
-            }
-        }
-    }
-
+    // Sources, Io and Host by bumping, in declaration and tensor order.
     let mut region_bytes = [0u64; 4];
     let mut placement: SecondaryMap<TensorId, Placement> = SecondaryMap::with_capacity(graph.num_tensors());
     let mut root_place: SecondaryMap<TensorId, (Region, u64)> = SecondaryMap::new();
@@ -232,115 +251,165 @@ pub fn analyse(
         region_bytes[region.index()] = off.saturating_add(align_up(bytes.max(1), a));
         off
     };
-    // Sources first, in declaration order: inputs, then weights and constants.
     for &t in graph.inputs().iter().chain(graph.weights()) {
         let tensor = graph.tensor(t);
         let region = if tensor.role == TensorRole::Input { Region::Io } else { Region::Weights };
         let off = bump(region, tensor.size_bytes() as u64, &mut region_bytes);
         root_place.insert(t, (region, off));
     }
-    // Pool candidates and Io/Host roots.
-    let mut pool_roots: Vec<TensorId> = Vec::new();
-    let mut output_copies = Vec::new();
     for (t, tensor) in graph.tensors() {
-        if live.root[t] != t || tensor.role.is_source() || !materialized.get(t).copied().unwrap_or(false) {
+        if classes.root[t] != t || tensor.role.is_source() || !classes.materialized.contains_key(t) {
             continue;
         }
-        if to_host.contains_key(t) {
+        if classes.to_host.contains_key(t) {
             let off = bump(Region::Host, tensor.size_bytes() as u64, &mut region_bytes);
             root_place.insert(t, (Region::Host, off));
-        } else if has_output.contains_key(t) {
+        } else if classes.has_output.contains_key(t) {
             let off = bump(Region::Io, tensor.size_bytes() as u64, &mut region_bytes);
             root_place.insert(t, (Region::Io, off));
-        } else {
-            pool_roots.push(t);
         }
     }
     // Graph outputs aliasing a source get their own Io bytes and a copy.
+    let mut output_copies = Vec::new();
     for &o in graph.outputs() {
-        let r = live.root[o];
+        let r = classes.root[o];
         if graph.tensor(r).role.is_source() {
-            let off = bump(Region::Io, graph.tensor(o).size_bytes() as u64, &mut region_bytes);
-            placement
-                .insert(o, Placement { region: Region::Io, offset: off, bytes: graph.tensor(o).size_bytes() as u64 });
+            let bytes = graph.tensor(o).size_bytes() as u64;
+            let off = bump(Region::Io, bytes, &mut region_bytes);
+            placement.insert(o, Placement { region: Region::Io, offset: off, bytes });
             output_copies.push((r, o));
         }
     }
 
-    // Pack the pool.
-    let buffers: Vec<pack::Buffer> = pool_roots
-        .iter()
-        .map(|&r| {
-            let lt = live.group[r];
-            pack::Buffer {
-                lower: lt.start as u64,
-                upper: lt.end.max(lt.start + 1) as u64,
-                size: graph.tensor(r).size_bytes().max(1) as u64,
-            }
-        })
-        .collect();
-    let naive_bytes = buffers.iter().map(|b| align_up(b.size, a)).fold(0u64, u64::saturating_add);
-    let lower_bound_bytes = pack::lower_bound(&buffers, a);
-    let buffers = if opts.concurrent_lifetimes && opts.reuse {
-        let (ipdom, merge, next_cut) = post_dominators(graph, fusion);
-        let readers = readers_of(graph, fusion, &live);
-        let sink = ipdom.len() as u32;
-        buffers
-            .into_iter()
-            .zip(&pool_roots)
-            .map(|(b, &r)| {
-                // Where the readers' branches have met: the nearest common post-dominator of the first merges
-                // (groups with several predecessors) strictly post-dominating each reader, or earlier the first
-                // merge at or after the last reader that no data edge spans.
-                let pd = readers.get(r).map_or(sink, |rs| {
-                    rs.iter()
-                        .fold(None, |acc: Option<u32>, g| {
-                            let d = ipdom.get(g.index()).and_then(|&p| merge.get(p as usize)).copied().unwrap_or(sink);
-                            Some(acc.map_or(d, |x| intersect(&ipdom, x, d)))
-                        })
-                        .unwrap_or(sink)
-                });
-                let last = b.upper.saturating_sub(1) as usize;
-                let cut = next_cut.get(last).copied().unwrap_or(sink);
-                // Reserved through the join (to the end when the readers never meet).
-                let upper = b.upper.max(u64::from(pd.min(cut)) + 1);
-                pack::Buffer { upper, ..b }
+    // 1. The pool model, and 2. lifetimes and in-place handovers in the fusion plan's order.
+    let dag = GroupDag::new(graph, fusion);
+    let mut reach = Reach::new(&dag, REACH_LIMIT);
+    let ordered = opts.reuse && opts.prefer_ordered_reuse;
+    let in_place = opts.reuse && opts.in_place;
+    let model = PoolModel::new(graph, fusion, &classes, a, in_place, if ordered { Some(&mut reach) } else { None });
+    let n = model.len();
+    let pos: Vec<u32> = (0..fusion.groups.len() as u32).collect();
+    let mut live = model.lifetimes(&pos);
+    let handovers = if in_place { model.choose_in_place(&pos, &live) } else { Vec::new() };
+    let mut unit_of: Vec<u32> = (0..n as u32).collect();
+    for &(r, o, g) in &handovers {
+        live[r as usize].1 = pos[g as usize];
+        unit_of[o as usize] = unit_of[r as usize];
+    }
+    // Units: one per chain head; a chain is live from its head's start to its last heir's end.
+    let mut unit_index = vec![u32::MAX; n];
+    let mut heads: Vec<u32> = Vec::new();
+    let mut last: Vec<u32> = Vec::new();
+    for b in 0..n {
+        if unit_of[b] as usize == b {
+            unit_index[b] = heads.len() as u32;
+            heads.push(b as u32);
+            last.push(b as u32);
+        }
+    }
+    let mut unit_live: Vec<(u32, u32)> = heads.iter().map(|&h| live[h as usize]).collect();
+    for b in 0..n {
+        let u = unit_index[unit_of[b] as usize] as usize;
+        if live[b].1 > unit_live[u].1 {
+            unit_live[u].1 = live[b].1;
+            last[u] = b as u32;
+        }
+    }
+    let froms: Vec<&[u32]> =
+        (0..n)
+            .map(|b| {
+                if model.readers[b].is_empty() {
+                    std::slice::from_ref(&model.writer[b])
+                } else {
+                    &model.readers[b][..]
+                }
             })
-            .collect()
+            .collect();
+
+    // 3. Offsets.
+    let unit_bufs: Vec<pack::Buffer> = heads
+        .iter()
+        .zip(&unit_live)
+        .map(|(&h, &(lo, hi))| pack::Buffer { lower: lo as u64, upper: hi as u64, size: model.bytes[h as usize] })
+        .collect();
+    let naive_bytes = model.size.iter().fold(0u64, |s, &x| s.saturating_add(x));
+    let lower_bound_bytes = pack::lower_bound(&unit_bufs, a);
+    if opts.reuse && opts.concurrent_lifetimes {
+        let (ipdom, merge, next_cut) = post_dominators(&dag);
+        let sink = ipdom.len() as u32;
+        for (u, lt) in unit_live.iter_mut().enumerate() {
+            let l = last[u] as usize;
+            // Where the readers' branches have met (the writer's, for a buffer nobody reads).
+            let pd = froms[l].iter().fold(None, |acc: Option<u32>, &g| {
+                let d = ipdom.get(g as usize).and_then(|&p| merge.get(p as usize)).copied().unwrap_or(sink);
+                Some(acc.map_or(d, |x| intersect(&ipdom, x, d)))
+            });
+            let pd = pd.unwrap_or(sink);
+            let cut = next_cut.get(lt.1.saturating_sub(1) as usize).copied().unwrap_or(sink);
+            lt.1 = lt.1.max(pd.min(cut).saturating_add(1));
+        }
+    }
+    let unit_bufs: Vec<pack::Buffer> = if opts.reuse && opts.concurrent_lifetimes {
+        unit_bufs.iter().zip(&unit_live).map(|(b, &(_, hi))| pack::Buffer { upper: hi as u64, ..*b }).collect()
     } else {
-        buffers
+        unit_bufs
     };
-    let offsets: Vec<u64> = if opts.reuse {
+    let (mut unit_off, pool_optimal): (Vec<u64>, bool) = if opts.reuse {
         let popts = pack::PackOptions {
             alignment: a,
-            budget: pack::Budget { effort: opts.pack_effort, time: None },
+            budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
             seed: opts.seed,
         };
-        pack::pack(&buffers, &popts)
-            .map_err(|e| GraphError::LimitExceeded {
-                what: format!("activation pool packing ({e})"),
+        let p = pack::pack(&unit_bufs, &popts).map_err(|e| match e {
+            pack::PackError::Internal(v) => internal(format!("the packer's layout is invalid: {v}")),
+            e => GraphError::LimitExceeded {
+                what: format!("activation pool of graph '{}' ({e})", graph.name()),
                 value: 0,
                 limit: 0,
-            })?
-            .offsets
+            },
+        })?;
+        (p.offsets, p.optimal)
     } else {
         let mut off = 0u64;
-        buffers
+        let offs = unit_bufs
             .iter()
             .map(|b| {
                 let o = off;
                 off = off.saturating_add(align_up(b.size, a));
                 o
             })
-            .collect()
+            .collect();
+        (offs, false)
     };
-    let mut pool_buffers = Vec::with_capacity(pool_roots.len());
-    let mut pool_bytes = 0u64;
-    for (i, &r) in pool_roots.iter().enumerate() {
-        let size = align_up(buffers[i].size, a);
-        pool_bytes = pool_bytes.max(offsets[i].saturating_add(size));
-        root_place.insert(r, (Region::Pool, offsets[i]));
-        pool_buffers.push(PoolBuffer { root: r, live: live.group[r], size, offset: offsets[i] });
+    let pool_bytes =
+        unit_bufs.iter().zip(&unit_off).map(|(b, &o)| o.saturating_add(align_up(b.size, a))).max().unwrap_or(0);
+
+    // 4. Prefer places the DAG already orders.
+    if ordered && unit_bufs.len() > 1 {
+        let mut units: Vec<reuse::Unit> = (0..heads.len())
+            .map(|u| reuse::Unit {
+                live: unit_live[u],
+                size: align_up(unit_bufs[u].size, a),
+                offset: unit_off[u],
+                writer: model.writer[heads[u] as usize],
+                froms: froms[last[u] as usize],
+            })
+            .collect();
+        let stats = reuse::prefer_ordered(&mut units, pool_bytes, &mut reach);
+        tracing::debug!(revisited = stats.revisited, moved = stats.moved, "memory: ordered-reuse preference");
+        unit_off = units.iter().map(|u| u.offset).collect();
+        pack::check(&unit_bufs, &unit_off)
+            .map_err(|v| internal(format!("ordered-reuse moves broke the layout: {v}")))?;
+    }
+
+    // Buffers and placements.
+    let mut pool_buffers = Vec::with_capacity(n);
+    for b in 0..n {
+        let off = unit_off[unit_index[unit_of[b] as usize] as usize];
+        let r = model.roots[b];
+        root_place.insert(r, (Region::Pool, off));
+        let (start, end) = live[b];
+        pool_buffers.push(PoolBuffer { root: r, live: Lifetime { start, end }, size: model.size[b], offset: off });
     }
     region_bytes[Region::Pool.index()] = pool_bytes;
     if pool_bytes > opts.max_pool_bytes {
@@ -354,13 +423,29 @@ pub fn analyse(
         if placement.contains_key(t) {
             continue;
         }
-        if let Some(&(region, offset)) = root_place.get(live.root[t]) {
-            if materialized.get(live.root[t]).copied().unwrap_or(false) || tensor.role.is_source() {
+        let r = classes.root[t];
+        if let Some(&(region, offset)) = root_place.get(r) {
+            if classes.materialized.contains_key(r) || tensor.role.is_source() {
                 placement.insert(t, Placement { region, offset, bytes: tensor.size_bytes() as u64 });
             }
         }
     }
-    let reuse_edges = reuse_edges(graph, fusion, &live, &pool_buffers);
+
+    // 5. Reuse edges.
+    let sweep: Vec<reuse::SweepBuffer<'_>> = (0..n)
+        .map(|b| reuse::SweepBuffer {
+            live: live[b],
+            offset: pool_buffers[b].offset,
+            size: model.size[b],
+            writer: model.writer[b],
+            froms: froms[b],
+        })
+        .collect();
+    let edges = reuse::edges(&sweep);
+    let reuse_edges_not_implied = edges.iter().filter(|&&(f, t)| !reach.ordered(f, t)).count();
+    let reuse_edges = edges.into_iter().map(|(f, t)| ReuseEdge { from: GroupId(f), to: GroupId(t) }).collect();
+    let in_place: Vec<(TensorId, TensorId, GroupId)> =
+        handovers.iter().map(|&(r, o, g)| (model.roots[r as usize], model.roots[o as usize], GroupId(g))).collect();
     Ok(MemoryPlan {
         alignment: a,
         region_bytes,
@@ -369,28 +454,26 @@ pub fn analyse(
         naive_bytes,
         lower_bound_bytes,
         reuse_edges,
+        reuse_edges_not_implied,
         output_copies,
-        in_place_count: 0,
+        in_place_count: in_place.len(),
+        in_place,
+        pool_optimal,
     })
 }
 
-/// Immediate post-dominator of every group in the group DAG (data edges), with a virtual sink `n` after every
-/// group: `ipdom[g] > g`, and every path from `g` to the end passes through `ipdom[g]`. Reverse group order with
-/// the Cooper-Harvey-Kennedy intersection (group index is a topological numbering). Also, for each group g, the
-/// first post-dominator of g (g included) with several predecessors (a merge of branches), and the first merge
-/// j >= g that no data edge spans; `n` when none. O(N + E) plus the intersections' walks up the tree.
-fn post_dominators(graph: &ComputeGraph, fusion: &FusionPlan) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let n = fusion.groups.len();
+/// Immediate post-dominator of every group in `dag` (data edges), with a virtual sink `n` after every group:
+/// `ipdom[g] > g`, and every path from `g` to the end passes through `ipdom[g]` (reverse group order with the
+/// Cooper-Harvey-Kennedy intersection; group index is a topological numbering). Also, per group, the first
+/// post-dominator (itself included) with several predecessors (a merge of branches), and the first merge at or
+/// after it that no data edge spans; `n` when none. O(N + E) plus the intersections' walks up the tree.
+fn post_dominators(dag: &GroupDag) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let n = dag.len();
     let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for (node, _) in graph.nodes() {
-        let Some(&to) = fusion.group_of.get(node) else { continue };
-        for &t in &graph.node(node).inputs {
-            if let Some(from) = writer_group(graph, fusion, t) {
-                if from.index() < to.index() {
-                    if let Some(l) = succ.get_mut(from.index()) {
-                        l.push(to.0);
-                    }
-                }
+    for (g, ps) in dag.preds.iter().enumerate() {
+        for &p in ps {
+            if let Some(l) = succ.get_mut(p as usize) {
+                l.push(g as u32);
             }
         }
     }
@@ -399,22 +482,9 @@ fn post_dominators(graph: &ComputeGraph, fusion: &FusionPlan) -> (Vec<u32>, Vec<
     for g in (0..n).rev() {
         let mut it = succ[g].iter().copied();
         let Some(first) = it.next() else { continue };
-        let mut x = first;
-        for s in it {
-            x = intersect(&ipdom, x, s);
-        }
-        ipdom[g] = x;
+        ipdom[g] = it.fold(first, |x, s| intersect(&ipdom, x, s));
     }
-    let mut preds = vec![0u32; n];
-    for l in &mut succ {
-        l.sort_unstable();
-        l.dedup();
-        for &v in l.iter() {
-            if let Some(c) = preds.get_mut(v as usize) {
-                *c += 1;
-            }
-        }
-    }
+    let preds: Vec<usize> = dag.preds.iter().map(Vec::len).collect();
     let mut merge = vec![sink; n];
     for g in (0..n).rev() {
         merge[g] = if preds[g] >= 2 { g as u32 } else { merge.get(ipdom[g] as usize).copied().unwrap_or(sink) };
@@ -450,91 +520,6 @@ fn intersect(ipdom: &[u32], mut a: u32, mut b: u32) -> u32 {
     a
 }
 
-/// Readers of each alias group, at group granularity.
-fn readers_of(
-    graph: &ComputeGraph,
-    fusion: &FusionPlan,
-    live: &liveness::Liveness,
-) -> SecondaryMap<TensorId, Vec<GroupId>> {
-    let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
-    for (t, _) in graph.tensors() {
-        let r = live.root[t];
-        for &c in graph.consumers(t) {
-            if let Some(&g) = fusion.group_of.get(c) {
-                let list = match readers.get_mut(r) {
-                    Some(l) => l,
-                    None => {
-                        readers.insert(r, Vec::new());
-                        &mut readers[r]
-                    }
-                };
-                if !list.contains(&g) {
-                    list.push(g);
-                }
-            }
-        }
-    }
-    readers
-}
-
-/// For each pool buffer, the buffers whose bytes it takes last, turned into reader -> writer group edges.
-fn reuse_edges(
-    graph: &ComputeGraph,
-    fusion: &FusionPlan,
-    live: &liveness::Liveness,
-    buffers: &[PoolBuffer],
-) -> Vec<ReuseEdge> {
-    let readers = readers_of(graph, fusion, live);
-    let mut by_start: Vec<usize> = (0..buffers.len()).collect();
-    by_start.sort_by_key(|&i| (buffers[i].live.start, i));
-    // Address map: start offset -> (end offset, buffer index) of the most recent occupant.
-    let mut map: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-    let mut edges = Vec::new();
-    for &i in &by_start {
-        let b = buffers[i];
-        let (lo, hi) = (b.offset, b.offset + b.size);
-        let mut displaced: Vec<usize> = Vec::new();
-        // Segments overlapping [lo, hi): possibly one starting before lo.
-        let mut starts: Vec<u64> = Vec::new();
-        if let Some((&s, &(e, _))) = map.range(..lo).next_back() {
-            if e > lo {
-                starts.push(s);
-            }
-        }
-        starts.extend(map.range(lo..hi).map(|(&s, _)| s));
-        for s in starts {
-            if let Some((e, j)) = map.remove(&s) {
-                displaced.push(j);
-                if s < lo {
-                    map.insert(s, (lo, j));
-                }
-                if e > hi {
-                    map.insert(hi, (e, j));
-                }
-            }
-        }
-        map.insert(lo, (hi, i));
-        displaced.sort_unstable();
-        displaced.dedup();
-        let Some(to) = writer_group(graph, fusion, b.root) else { continue };
-        for j in displaced {
-            let old = buffers[j].root;
-            let froms: Vec<GroupId> = match readers.get(old) {
-                Some(r) if !r.is_empty() => r.clone(),
-                _ => writer_group(graph, fusion, old).into_iter().collect(),
-            };
-            for from in froms {
-                if from != to {
-                    edges.push(ReuseEdge { from, to });
-                }
-            }
-        }
-    }
-    edges.sort_unstable();
-    edges.dedup();
-    edges
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,7 +527,7 @@ mod tests {
     use graph_ir::{DType, Op};
 
     #[test]
-    fn chain_reuses_two_slots_exactly() {
+    fn chain_reuses_two_slots_exactly_without_in_place() {
         // x -> a -> b -> c -> d (output), 1 KiB each, fusion off: a, b, c in the pool.
         let mut g = ComputeGraph::new("m");
         let x = g.add_input("x", DType::F32, [256]).unwrap();
@@ -553,44 +538,22 @@ mod tests {
         g.mark_output(d).unwrap();
         let order = topo::analyse(&g).unwrap();
         let f = fusion::analyse(&g, &order, &fusion::FusionOptions { enabled: false, ..Default::default() });
-        let m = analyse(&g, &order, &f, &MemoryOptions::default()).unwrap();
+        let opts = MemoryOptions { in_place: false, ..Default::default() };
+        let m = analyse(&g, &order, &f, &opts).unwrap();
         assert_eq!(m.naive_bytes, 3 * 1024);
         assert_eq!(m.lower_bound_bytes, 2 * 1024);
         assert_eq!(m.pool_bytes(), 2 * 1024);
+        assert_eq!(m.in_place_count, 0);
         assert_eq!(m.placement[x].region, Region::Io);
         assert_eq!(m.placement[d].region, Region::Io);
         assert_eq!(m.placement[a].offset, m.placement[c].offset);
         assert_ne!(m.placement[a].offset, m.placement[b].offset);
         // c takes a's bytes: a's reader (b, group 1) must precede c's writer (group 2).
         assert_eq!(m.reuse_edges, vec![ReuseEdge { from: GroupId(1), to: GroupId(2) }]);
+        assert_eq!(m.reuse_edges_not_implied, 0);
         let naive = analyse(&g, &order, &f, &MemoryOptions { reuse: false, ..Default::default() }).unwrap();
         assert_eq!(naive.pool_bytes(), 3 * 1024);
         assert!(naive.reuse_edges.is_empty());
-    }
-
-    #[test]
-    fn concurrent_lifetimes_keep_branches_unordered() {
-        // x -> a -> b and x -> c -> d, joined by e = b + d (output); fusion off, group order a b c d e.
-        let mut g = ComputeGraph::new("d");
-        let x = g.add_input("x", DType::F32, [256]).unwrap();
-        let a = g.add_node("a", Op::Relu, &[x]).unwrap()[0];
-        let b = g.add_node("b", Op::Neg, &[a]).unwrap()[0];
-        let c = g.add_node("c", Op::Abs, &[x]).unwrap()[0];
-        let d = g.add_node("d", Op::Exp, &[c]).unwrap()[0];
-        let e = g.add_node("e", Op::Add, &[b, d]).unwrap()[0];
-        g.mark_output(e).unwrap();
-        let order = topo::analyse(&g).unwrap();
-        let f = fusion::analyse(&g, &order, &fusion::FusionOptions { enabled: false, ..Default::default() });
-        // Group order: c takes a's dead bytes, which orders the right branch after the left one's reader b.
-        let plain = analyse(&g, &order, &f, &MemoryOptions::default()).unwrap();
-        assert_eq!(plain.pool_bytes(), 3 * 1024);
-        assert_eq!(plain.placement[a].offset, plain.placement[c].offset);
-        assert_eq!(plain.reuse_edges, vec![ReuseEdge { from: GroupId(1), to: GroupId(2) }]);
-        // Concurrent lifetimes: a's bytes stay reserved until the branches meet at e, so nothing orders them.
-        let opts = MemoryOptions { concurrent_lifetimes: true, ..Default::default() };
-        let conc = analyse(&g, &order, &f, &opts).unwrap();
-        assert_eq!(conc.pool_bytes(), 4 * 1024);
-        assert!(conc.reuse_edges.is_empty());
-        assert_eq!(conc.lower_bound_bytes, plain.lower_bound_bytes);
+        assert_eq!(naive.in_place_count, 0);
     }
 }

@@ -1,0 +1,175 @@
+//! Independent validator: does an offset assignment keep every pair of time-overlapping buffers apart in space?
+//!
+//! It shares nothing with the packer but the [`Buffer`] type: a sweep over time (ends before starts at equal times,
+//! since lifetimes are half-open) keeps the live buffers in an ordered map keyed by offset; a new buffer can only
+//! collide with its neighbours in that map, so each insertion is O(log n) and the whole check O(n log n).
+//! Sizes are the buffers' own (unaligned) sizes: the check is about real bytes, not about padding.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use super::Buffer;
+
+/// Why an offset assignment is not a valid packing. Indices are positions in the `buffers` slice.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
+pub enum PackViolation {
+    /// The number of offsets differs from the number of buffers.
+    #[error("{offsets} offsets for {buffers} buffers")]
+    LengthMismatch {
+        /// Number of buffers.
+        buffers: usize,
+        /// Number of offsets.
+        offsets: usize,
+    },
+    /// A buffer's interval is empty or reversed (`lower >= upper`).
+    #[error("buffer {index}: empty lifetime [{lower}, {upper})")]
+    InvalidInterval {
+        /// Index of the buffer.
+        index: usize,
+        /// Its `lower`.
+        lower: u64,
+        /// Its `upper`.
+        upper: u64,
+    },
+    /// `offset + size` does not fit in a `u64`.
+    #[error("buffer {index}: offset {offset} + size {size} overflows u64")]
+    Overflow {
+        /// Index of the buffer.
+        index: usize,
+        /// Its offset.
+        offset: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// Two buffers are live at the same time and share bytes.
+    #[error(
+        "buffers {first} and {second} overlap: both live at time {time}, \
+         bytes [{first_offset}, {first_end}) and [{second_offset}, {second_end})"
+    )]
+    Overlap {
+        /// The buffer that was already live.
+        first: usize,
+        /// The buffer whose start collides with it.
+        second: usize,
+        /// A time at which both are live (the start of `second`).
+        time: u64,
+        /// Offset of `first`.
+        first_offset: u64,
+        /// End (exclusive) of `first`'s bytes.
+        first_end: u64,
+        /// Offset of `second`.
+        second_offset: u64,
+        /// End (exclusive) of `second`'s bytes.
+        second_end: u64,
+    },
+}
+
+/// Checks that no two buffers live at the same time share a byte. Zero-size buffers never conflict.
+///
+/// Returns the first violation found in time order (for overlaps: the earliest start at which a collision appears).
+pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
+    if buffers.len() != offsets.len() {
+        return Err(PackViolation::LengthMismatch { buffers: buffers.len(), offsets: offsets.len() });
+    }
+    // Events: (time, kind, index) with kind 0 = end, 1 = start, so that at equal times ends come first.
+    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(2 * buffers.len());
+    let mut ends = vec![0u64; buffers.len()];
+    for (index, (b, &offset)) in buffers.iter().zip(offsets).enumerate() {
+        if b.lower >= b.upper {
+            return Err(PackViolation::InvalidInterval { index, lower: b.lower, upper: b.upper });
+        }
+        let end = offset.checked_add(b.size).ok_or(PackViolation::Overflow { index, offset, size: b.size })?;
+        ends[index] = end;
+        if b.size > 0 {
+            events.push((b.lower, 1, index));
+            events.push((b.upper, 0, index));
+        }
+    }
+    events.sort_unstable();
+
+    // Live byte ranges keyed by offset; ranges in the map never overlap (we stop at the first collision), so
+    // distinct live buffers have distinct offsets.
+    let mut live: BTreeMap<u64, usize> = BTreeMap::new();
+    for &(time, kind, index) in &events {
+        let offset = offsets[index];
+        if kind == 0 {
+            live.remove(&offset);
+            continue;
+        }
+        let end = ends[index];
+        let below = live.range(..=offset).next_back();
+        let above = live.range(offset..).next();
+        for (&other_offset, &other) in below.into_iter().chain(above) {
+            let other_end = ends[other];
+            if other_offset < end && offset < other_end {
+                return Err(PackViolation::Overlap {
+                    first: other,
+                    second: index,
+                    time,
+                    first_offset: other_offset,
+                    first_end: other_end,
+                    second_offset: offset,
+                    second_end: end,
+                });
+            }
+        }
+        live.insert(offset, index);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(lower: u64, upper: u64, size: u64) -> Buffer {
+        Buffer { lower, upper, size }
+    }
+
+    #[test]
+    fn touching_lifetimes_do_not_conflict() {
+        let bufs = [b(0, 3, 4), b(3, 5, 4)];
+        assert_eq!(check(&bufs, &[0, 0]), Ok(()));
+    }
+
+    #[test]
+    fn overlap_reports_the_pair() {
+        let bufs = [b(0, 4, 4), b(3, 5, 4)];
+        let err = check(&bufs, &[0, 2]).unwrap_err();
+        assert_eq!(
+            err,
+            PackViolation::Overlap {
+                first: 0,
+                second: 1,
+                time: 3,
+                first_offset: 0,
+                first_end: 4,
+                second_offset: 2,
+                second_end: 6
+            }
+        );
+    }
+
+    #[test]
+    fn collision_with_a_non_neighbour_is_found_via_the_predecessor() {
+        // A big buffer below, a small one above it, and a newcomer straddling the big one's top.
+        let bufs = [b(0, 10, 100), b(0, 10, 10), b(5, 6, 10)];
+        let err = check(&bufs, &[0, 200, 95]).unwrap_err();
+        assert!(matches!(err, PackViolation::Overlap { first: 0, second: 2, .. }));
+    }
+
+    #[test]
+    fn zero_size_never_conflicts() {
+        let bufs = [b(0, 4, 4), b(1, 2, 0)];
+        assert_eq!(check(&bufs, &[0, 1]), Ok(()));
+    }
+
+    #[test]
+    fn structural_errors() {
+        assert!(matches!(check(&[b(0, 1, 1)], &[]), Err(PackViolation::LengthMismatch { .. })));
+        assert!(matches!(check(&[b(2, 2, 1)], &[0]), Err(PackViolation::InvalidInterval { index: 0, .. })));
+        assert!(matches!(check(&[b(0, 1, 2)], &[u64::MAX]), Err(PackViolation::Overflow { index: 0, .. })));
+    }
+}

@@ -1,0 +1,234 @@
+//! Reuse edges and the concurrency-aware preference between places of equal cost.
+//!
+//! **Edges** (DESIGN.md section 3): when buffer B takes bytes that buffer A held, every reader of A (its writer,
+//! when unread) must happen-before B's writer. Sweeping buffers by start step over an address map of "most
+//! recent occupant" finds, for each B, exactly the buffers whose bytes it takes last, in O(n log n).
+//!
+//! **Preference** (`prefer_ordered`): among the places where a buffer fits without raising the pool, prefer one
+//! whose previous occupants' readers are all DAG ancestors of its writer, so that reuse adds no ordering the data
+//! edges do not already imply (with one stream such edges are free; with several they serialise work). The
+//! packer minimises the pool alone; this pass then revisits, in start order, each unit (a buffer, or an in-place
+//! chain moving as one) whose current place would add a new ordering, looks at the gaps left by the units live at
+//! the same time (within the packed height), and moves it to the best-fitting gap with no new ordering when there
+//! is one. A move never raises the pool and keeps the layout valid (gaps exclude every time-overlapping unit at
+//! its current place); later units see the moved ones. Each revisit costs O(k log k) for the k units live with it
+//! (capped), plus bounded ancestor queries.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::memory::reach::Reach;
+
+/// Address map: start offset -> (end offset, occupant) of the most recent occupant of each byte range.
+#[derive(Default)]
+struct AddressMap {
+    map: BTreeMap<u64, (u64, u32)>,
+}
+
+impl AddressMap {
+    /// Occupants of `[lo, hi)`, ascending and deduplicated, into `out` (cleared first).
+    fn occupants(&self, lo: u64, hi: u64, out: &mut Vec<u32>) {
+        out.clear();
+        if let Some((_, &(e, j))) = self.map.range(..lo).next_back() {
+            if e > lo {
+                out.push(j);
+            }
+        }
+        out.extend(self.map.range(lo..hi).map(|(_, &(_, j))| j));
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Make `who` the occupant of `[lo, hi)`; the previous occupants go to `displaced` (cleared first),
+    /// ascending and deduplicated. `starts` is scratch space.
+    fn occupy(&mut self, lo: u64, hi: u64, who: u32, displaced: &mut Vec<u32>, starts: &mut Vec<u64>) {
+        starts.clear();
+        displaced.clear();
+        if let Some((&s, &(e, _))) = self.map.range(..lo).next_back() {
+            if e > lo {
+                starts.push(s);
+            }
+        }
+        starts.extend(self.map.range(lo..hi).map(|(&s, _)| s));
+        for &s in starts.iter() {
+            if let Some((e, j)) = self.map.remove(&s) {
+                displaced.push(j);
+                if s < lo {
+                    self.map.insert(s, (lo, j));
+                }
+                if e > hi {
+                    self.map.insert(hi, (e, j));
+                }
+            }
+        }
+        self.map.insert(lo, (hi, who));
+        displaced.sort_unstable();
+        displaced.dedup();
+    }
+}
+
+/// A buffer as the edge sweep sees it.
+pub(crate) struct SweepBuffer<'a> {
+    /// Live steps `[start, end)`.
+    pub live: (u32, u32),
+    /// Offset and aligned size.
+    pub offset: u64,
+    /// Aligned size.
+    pub size: u64,
+    /// The group that writes it.
+    pub writer: u32,
+    /// Groups that must finish before its bytes are taken (its readers, or its writer when unread).
+    pub froms: &'a [u32],
+}
+
+/// For each buffer, the buffers whose bytes it takes last, as `(from, to)` group edges (from != to), sorted and
+/// deduplicated.
+pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(u32, u32)> {
+    let mut by_start: Vec<usize> = (0..buffers.len()).collect();
+    by_start.sort_by_key(|&i| (buffers[i].live.0, i));
+    let mut map = AddressMap::default();
+    let mut out = Vec::new();
+    let (mut displaced, mut starts) = (Vec::new(), Vec::new());
+    for &i in &by_start {
+        let b = &buffers[i];
+        map.occupy(b.offset, b.offset + b.size, i as u32, &mut displaced, &mut starts);
+        for &j in &displaced {
+            for &from in buffers[j as usize].froms {
+                if from != b.writer {
+                    out.push((from, b.writer));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A unit of placement: a buffer, or an in-place chain whose members share one offset.
+#[derive(Clone, Debug)]
+pub(crate) struct Unit<'a> {
+    /// Live steps of the whole chain.
+    pub live: (u32, u32),
+    /// Aligned size.
+    pub size: u64,
+    /// Offset in the pool.
+    pub offset: u64,
+    /// Writer of the first member (the one that takes the bytes).
+    pub writer: u32,
+    /// Groups that must finish before the bytes are taken from the last member.
+    pub froms: &'a [u32],
+}
+
+/// Units live with one unit that a revisit may look at; above it the unit stays where it is.
+const MAX_NEIGHBOURS: usize = 4096;
+/// Gaps tried per revisit.
+const MAX_GAPS: usize = 64;
+
+/// What the preference pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PreferStats {
+    /// Units whose place would have added an ordering.
+    pub revisited: usize,
+    /// Units moved to a place with none.
+    pub moved: usize,
+}
+
+/// Move units whose place adds orderings to equally good places that add none (see the module docs). `height`
+/// is the pool size the packer reached; no unit ends above it.
+pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>) -> PreferStats {
+    let n = units.len();
+    let mut by_start: Vec<usize> = (0..n).collect();
+    by_start.sort_by_key(|&i| (units[i].live.0, i));
+    let mut map = AddressMap::default();
+    // Units already swept that may still be live: (end, unit).
+    let mut active: BTreeSet<(u32, usize)> = BTreeSet::new();
+    let mut stats = PreferStats::default();
+    let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: u32| {
+        occupants.iter().any(|&j| units[j as usize].froms.iter().any(|&f| !reach.ordered(f, writer)))
+    };
+    for (k, &i) in by_start.iter().enumerate() {
+        let (start, end) = units[i].live;
+        while let Some(&(e, j)) = active.first() {
+            if e > start {
+                break;
+            }
+            active.remove(&(e, j));
+        }
+        let (size, writer) = (units[i].size, units[i].writer);
+        map.occupants(units[i].offset, units[i].offset + size, &mut here);
+        if adds_order(reach, units, &here, writer) {
+            stats.revisited += 1;
+            // Byte ranges of every unit live at the same time as this one.
+            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.0 < end).copied();
+            let neighbours: Vec<usize> = active.iter().map(|&(_, j)| j).chain(later).take(MAX_NEIGHBOURS + 1).collect();
+            if neighbours.len() <= MAX_NEIGHBOURS {
+                let mut taken: Vec<(u64, u64)> =
+                    neighbours.iter().map(|&j| (units[j].offset, units[j].offset + units[j].size)).collect();
+                taken.sort_unstable();
+                let mut best: Option<(u64, u64)> = None; // (gap length, offset)
+                let mut cursor = 0u64;
+                let mut gaps = 0usize;
+                for (lo, hi) in taken.into_iter().chain(std::iter::once((height, height))) {
+                    if lo > cursor && lo - cursor >= size && gaps < MAX_GAPS {
+                        gaps += 1;
+                        let len = lo - cursor;
+                        for off in [cursor, lo - size] {
+                            if best.is_some_and(|(l, o)| (l, o) <= (len, off)) {
+                                continue;
+                            }
+                            map.occupants(off, off + size, &mut occ);
+                            if !adds_order(reach, units, &occ, writer) {
+                                best = Some((len, off));
+                            }
+                        }
+                    }
+                    cursor = cursor.max(hi);
+                }
+                if let Some((_, off)) = best {
+                    units[i].offset = off;
+                    stats.moved += 1;
+                }
+            }
+        }
+        map.occupy(units[i].offset, units[i].offset + size, i as u32, &mut scratch_d, &mut scratch_s);
+        active.insert((end, i));
+    }
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::reach::GroupDag;
+
+    #[test]
+    fn sweep_finds_last_occupants_only() {
+        // a [0,2) at 0, b [2,4) at 0 (takes a's bytes), c [4,6) at 0 (takes b's, not a's).
+        let r0 = [1u32];
+        let r1 = [3u32];
+        let r2 = [5u32];
+        let bufs = [
+            SweepBuffer { live: (0, 2), offset: 0, size: 256, writer: 0, froms: &r0 },
+            SweepBuffer { live: (2, 4), offset: 0, size: 256, writer: 2, froms: &r1 },
+            SweepBuffer { live: (4, 6), offset: 0, size: 256, writer: 4, froms: &r2 },
+        ];
+        assert_eq!(edges(&bufs), vec![(1, 2), (3, 4)]);
+    }
+
+    #[test]
+    fn a_unit_moves_to_a_gap_its_writer_already_follows() {
+        // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Units (froms are the groups that must finish first): A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
+        // 2 is not an ancestor of 3, 1 is: C should move to offset 0 (A's bytes).
+        let dag = GroupDag::from_preds(vec![vec![], vec![0], vec![0], vec![1]]);
+        let mut reach = Reach::new(&dag, 64);
+        let mut units = vec![
+            Unit { live: (0, 1), size: 256, offset: 0, writer: 1, froms: &[1] },
+            Unit { live: (0, 1), size: 256, offset: 256, writer: 2, froms: &[2] },
+            Unit { live: (1, 2), size: 256, offset: 256, writer: 3, froms: &[3] },
+        ];
+        let s = prefer_ordered(&mut units, 512, &mut reach);
+        assert_eq!(s, PreferStats { revisited: 1, moved: 1 });
+        assert_eq!(units[2].offset, 0);
+    }
+}
