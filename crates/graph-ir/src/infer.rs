@@ -91,11 +91,13 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                     return attr_err("min", "bounds must not be NaN");
                 }
             }
-            if min.is_some_and(f32::is_nan) {
-                return attr_err("min", "must not be NaN");
+            // Infinite bounds too: the JSON format writes them as null, which would load back as "no bound"
+            // and silently change what +inf (or -inf) meant. A bound that does not clamp is omitted instead.
+            if min.is_some_and(|v| !v.is_finite()) {
+                return attr_err("min", "must be finite (omit the bound for no clamp)");
             }
-            if max.is_some_and(f32::is_nan) {
-                return attr_err("max", "must not be NaN");
+            if max.is_some_and(|v| !v.is_finite()) {
+                return attr_err("max", "must be finite (omit the bound for no clamp)");
             }
             Ok(vec![spec(d, s.0.clone())])
         }

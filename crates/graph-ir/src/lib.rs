@@ -6,6 +6,7 @@
 //! The IR never holds run-time data: weights are declared by dtype and shape and supplied when a plan is
 //! prepared; only small compile-time constants (Reshape targets, scalars) carry their bytes.
 
+pub mod check;
 pub mod cost;
 mod dtype;
 mod error;
