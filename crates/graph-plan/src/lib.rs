@@ -8,6 +8,7 @@
 mod build;
 #[cfg(debug_assertions)]
 mod checks;
+pub mod conformance;
 mod display;
 pub mod exec;
 pub mod ids;
