@@ -14,6 +14,7 @@
 //! Depends on graph-plan alone (which re-exports the IR types).
 
 pub mod check;
+pub mod differential;
 mod kernel;
 mod linalg;
 pub mod math;

@@ -6,6 +6,7 @@
 //! `device` holds the cost model (device profiles, per-launch roofline time and occupancy) shared by the stream
 //! pass and the simulator's timing model.
 
+pub mod check;
 pub mod device;
 pub mod fusion;
 pub mod ids;

@@ -340,6 +340,17 @@ pub fn linearise(
         let (s, d) = (place(src)?, place(dst)?);
         steps.push(PlanStep::Copy { stream: StreamId(0), src: s, dst: d, bytes: d.bytes.min(s.bytes), node: None });
     }
+    // Nodes on other streams may read a copied output (a view of an input that is itself an output, read by a
+    // later node): one event after the copies orders them before every other stream's first step.
+    let mut extra_events = 0;
+    if !mem.output_copies.is_empty() && streams.num_streams > 1 {
+        let event = EventId::from_index(event_of_group.len());
+        extra_events = 1;
+        steps.push(PlanStep::Record { stream: StreamId(0), event });
+        for s in 1..streams.num_streams {
+            steps.push(PlanStep::Wait { stream: StreamId::from_index(s), event });
+        }
+    }
     for (gi, g) in fusion.groups.iter().enumerate() {
         let stream = streams.stream_of[gi];
         let mut froms = waits_into[gi].clone();
@@ -435,7 +446,7 @@ pub fn linearise(
         pool_bytes: mem.pool_bytes(),
         kernel_count_original: nodes.iter().filter(|n| !n.view).count(),
         kernel_count_fused: launches,
-        event_count: event_of_group.len(),
+        event_count: event_of_group.len() + extra_events,
         graph_name: graph.name().to_string(),
         alignment: mem.alignment,
         region_bytes: mem.region_bytes,

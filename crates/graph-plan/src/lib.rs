@@ -6,6 +6,7 @@
 //! Executor crates depend on this crate alone: it re-exports the IR types its steps mention.
 
 mod build;
+pub mod check;
 #[cfg(debug_assertions)]
 mod checks;
 pub mod conformance;
