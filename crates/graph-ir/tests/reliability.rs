@@ -67,6 +67,31 @@ fn float_constants_out_of_range_are_errors_not_infinities() {
 }
 
 #[test]
+fn non_finite_slopes_and_scales_are_rejected() {
+    let mut g = graph_ir::ComputeGraph::new("g");
+    let x = g.add_input("x", graph_ir::DType::F32, [2, 2]).unwrap();
+    for (op, attr) in [
+        (graph_ir::Op::LeakyRelu { alpha: f32::NAN }, "alpha"),
+        (graph_ir::Op::HardSigmoid { alpha: 0.2, beta: f32::INFINITY }, "beta"),
+        (graph_ir::Op::Gemm { alpha: f32::NAN, beta: 1.0, trans_a: false, trans_b: false }, "alpha"),
+    ] {
+        let ins: &[graph_ir::TensorId] = if matches!(op, graph_ir::Op::Gemm { .. }) { &[x, x] } else { &[x] };
+        let e = g.add_node("n", op, ins).unwrap_err();
+        assert!(matches!(&e, GraphError::InvalidAttribute { attr: a, .. } if *a == attr), "{e}");
+    }
+    // Pad may fill with -inf (before a max); such a graph cannot be saved as JSON, which says so.
+    let p = g
+        .add_node(
+            "p",
+            graph_ir::Op::Pad { pads: vec![0, 1, 0, 1], mode: Default::default(), value: f32::NEG_INFINITY },
+            &[x],
+        )
+        .unwrap();
+    g.mark_output(p[0]).unwrap();
+    assert!(json_roundtrip(&g).unwrap_err().contains("not representable"));
+}
+
+#[test]
 fn infinite_clip_bounds_are_rejected_since_json_cannot_carry_them() {
     // Before: Clip { min: +inf } saved as `"min": null` and loaded back as no bound at all.
     let mut g = graph_ir::ComputeGraph::new("clip");

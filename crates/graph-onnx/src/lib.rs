@@ -25,6 +25,7 @@ use std::sync::Arc;
 use graph_ir::{ComputeGraph, DType, Shape, TensorId};
 
 mod attr;
+pub mod check;
 mod error;
 mod fold;
 mod import;
