@@ -3,6 +3,8 @@
 
 use anyhow::{bail, Result};
 
+mod fuzz;
+
 fn usage() -> &'static str {
     "usage: cargo xtask <bench [--quick] | gpu-check | fuzz [--seconds N]>"
 }
@@ -14,6 +16,7 @@ fn main() -> Result<()> {
             println!("{}", usage());
             Ok(())
         }
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some(other) => bail!("unknown or not yet available task {other:?}\n{}", usage()),
     }
 }

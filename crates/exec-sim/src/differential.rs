@@ -4,7 +4,8 @@
 //! ([`crate::check`]). The same function runs under proptest in `cargo test` (`tests/differential.rs`) and under
 //! `cargo fuzz` (`fuzz/fuzz_targets/sim_diff.rs`).
 //!
-//! Contract: `Err(reason)` for graphs or options rejected with an error, graphs too large to simulate quickly,
+//! Contract: `Err(reason)` for graphs or options rejected with an error, graphs too large to simulate quickly
+//! (`differential_from_bytes` only: [`small_enough`]),
 //! custom kernels (no CPU closure) and run errors the reference plan hits too (data-dependent, such as a
 //! Gather index out of range); a **panic only on a real invariant violation**: a plan failing `verify` or the
 //! plan invariants, a race or run error in the optimised plan only, different outputs, or numbers that differ.
@@ -17,28 +18,31 @@ use graph_plan::{ExecutionPlan, Op, PlanOptions, TensorMap};
 use crate::check::{check_plans, CheckError, CheckOptions};
 use crate::Schedule;
 
-/// Largest graph simulated: bytes in all regions of the reference plan.
+/// Largest graph a fuzz run simulates: bytes of all its tensors.
 pub const MAX_SIM_BYTES: u64 = 16 << 20;
-/// Largest graph simulated: FLOPs of all nodes.
+/// Largest graph a fuzz run simulates: FLOPs of all nodes.
 pub const MAX_SIM_FLOPS: u64 = 50_000_000;
+
+/// Whether `graph` is small enough for a fuzz run: FLOPs and the bytes of all its tensors (an upper bound of
+/// every region without reuse) under the limits.
+pub fn small_enough(graph: &ComputeGraph) -> Result<(), String> {
+    let flops: u64 = graph.node_ids().map(|n| graph.node_cost(n).flops).fold(0, u64::saturating_add);
+    if flops > MAX_SIM_FLOPS {
+        return Err(format!("{flops} FLOPs: too large to simulate in a fuzz run"));
+    }
+    let bytes: u64 = graph.tensors().map(|(_, t)| t.size_bytes() as u64).fold(0, u64::saturating_add);
+    if bytes > MAX_SIM_BYTES {
+        return Err(format!("{bytes} bytes: too large to simulate in a fuzz run"));
+    }
+    Ok(())
+}
 
 /// Build both plans of `graph`, run both on seeded inputs and compare (see the module doc).
 pub fn reference_vs_optimised(graph: &ComputeGraph, opts: &PlanOptions, seed: u64) -> Result<(), String> {
     if graph.nodes().any(|(_, n)| matches!(n.op, Op::Custom(_))) {
         return Err("custom kernels have no CPU closure here".into());
     }
-    let flops: u64 = graph.node_ids().map(|n| graph.node_cost(n).flops).fold(0, u64::saturating_add);
-    if flops > MAX_SIM_FLOPS {
-        return Err(format!("{flops} FLOPs: too large to simulate in a fuzz run"));
-    }
     let reference = build_and_verify(graph, &PlanOptions::reference())?;
-    let bytes: u64 = [graph_plan::Region::Pool, graph_plan::Region::Weights, graph_plan::Region::Io]
-        .iter()
-        .map(|&r| reference.region_bytes(r))
-        .fold(0, u64::saturating_add);
-    if bytes > MAX_SIM_BYTES {
-        return Err(format!("{bytes} bytes: too large to simulate in a fuzz run"));
-    }
     let optimised: ExecutionPlan = build_and_verify(graph, opts)?;
     let copts = CheckOptions { schedule: Schedule::Random { seed }, race_check: true, tolerance: 1e-5, seed };
     match check_plans(&reference, &optimised, &TensorMap::new(), &TensorMap::new(), &copts) {
@@ -74,5 +78,6 @@ pub fn differential_from_bytes(bytes: &[u8]) -> Result<(), String> {
         opts.memory.alignment = 256;
     }
     let graph = graph_from_bytes(bytes.get(5..).unwrap_or(&[])).map_err(|e| e.to_string())?;
+    small_enough(&graph)?;
     reference_vs_optimised(&graph, &opts, seed)
 }

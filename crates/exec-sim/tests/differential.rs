@@ -70,3 +70,17 @@ fn million_node_chain_runs_on_the_simulator() {
         plan.kernel_count_fused
     );
 }
+
+#[test]
+#[ignore = "a million nodes: minutes in a debug build; `cargo xtask fuzz --big` runs it in release"]
+fn million_node_random_dag_reference_vs_optimised() {
+    // [1, 64] tensors: the reference plan's pool (no reuse) is about 256 MB, so both plans run.
+    let t = std::time::Instant::now();
+    let g = synth::random_dag(1_000_000, 3, 1).unwrap();
+    let opts = PlanOptions::with_streams(4);
+    reference_vs_optimised(&g, &opts, 7).unwrap();
+    eprintln!(
+        "random_dag(1M) reference vs optimised (4 streams, random schedule) on the simulator: {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
+}

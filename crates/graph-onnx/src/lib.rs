@@ -18,6 +18,9 @@
 //!
 //! [`Op`]: graph_ir::Op
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;

@@ -6,6 +6,9 @@
 //! `device` holds the cost model (device profiles, per-launch roofline time and occupancy) shared by the stream
 //! pass and the simulator's timing model.
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod check;
 pub mod device;
 pub mod fusion;
