@@ -1,8 +1,10 @@
 //! `cuplan plan GRAPH`: compile a graph into an execution plan and print it, as text, JSON or a report.
 
-use anyhow::{bail, Result};
-use graph_plan::{verify, DeviceProfile, ExecutionPlan, OrderStrategy, PlanOptions};
+use anyhow::{bail, Context, Result};
+use graph_ir::ComputeGraph;
+use graph_plan::{run_pipeline, verify, DeviceProfile, ExecutionPlan, OrderStrategy, Pass, PlanOptions};
 use serde_json::json;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::load::{load_graph, GraphArgs};
@@ -77,6 +79,16 @@ pub struct PlanArgs {
     /// Print one JSON object of figures instead of the plan.
     #[arg(long)]
     report: bool,
+    /// Also draw the activation pool (time across, address down, the lower-bound curve) as SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    memory_svg: Option<PathBuf>,
+    /// Also write the kernel DAG (one cluster per stream; data, event and reuse edges) as Graphviz DOT to FILE.
+    #[arg(long, value_name = "FILE")]
+    dot: Option<PathBuf>,
+    /// Also print the fusion plan's groups and rejected candidates with reason codes (after the text listing;
+    /// on standard error when standard output carries JSON).
+    #[arg(long)]
+    explain_fusion: bool,
 }
 
 /// The `--report` object.
@@ -108,12 +120,10 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
     })
 }
 
-/// Run `plan`.
-pub fn run(a: &PlanArgs) -> Result<()> {
-    let g = load_graph(&a.graph)?;
-    let opts = a.flags.options()?;
+/// Build a plan and verify it; returns it with the build time in milliseconds.
+pub fn build_checked(g: &ComputeGraph, opts: &PlanOptions) -> Result<(ExecutionPlan, f64)> {
     let t0 = Instant::now();
-    let plan = ExecutionPlan::build_with(&g, &opts)?;
+    let plan = ExecutionPlan::build_with(g, opts)?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Err(violations) = verify(&plan) {
         let first: Vec<String> = violations.iter().take(3).map(ToString::to_string).collect();
@@ -123,6 +133,25 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             first.join("; ")
         );
     }
+    Ok((plan, compile_ms))
+}
+
+/// Run `plan`.
+pub fn run(a: &PlanArgs) -> Result<()> {
+    let progress = crate::viz::Progress::spinner("loading");
+    let g = load_graph(&a.graph)?;
+    let opts = a.flags.options()?;
+    progress.set_message("planning");
+    let (plan, compile_ms) = build_checked(&g, &opts)?;
+    progress.finish();
+    if let Some(path) = &a.memory_svg {
+        let svg = crate::viz::memory_svg(&plan);
+        std::fs::write(path, svg).with_context(|| format!("--memory-svg: cannot write '{}'", path.display()))?;
+    }
+    if let Some(path) = &a.dot {
+        let dot = crate::viz::dot::plan_dot(&plan);
+        std::fs::write(path, dot).with_context(|| format!("--dot: cannot write '{}'", path.display()))?;
+    }
     let mut out = String::new();
     if a.report {
         out = serde_json::to_string_pretty(&report(&plan, compile_ms))?;
@@ -130,6 +159,15 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         match a.format {
             Format::Text => out.push_str(&plan.to_string()),
             Format::Json => out = plan.to_json(),
+        }
+    }
+    if a.explain_fusion {
+        let r = run_pipeline(&g, &opts, Some(Pass::Fusion))?;
+        let text = crate::viz::explain::fusion_text(&g, r.fusion.as_ref().context("no fusion plan")?);
+        if a.report || a.format == Format::Json {
+            eprint!("{text}");
+        } else {
+            out = format!("{}\n\n{text}", out.trim_end());
         }
     }
     use std::io::Write;

@@ -48,7 +48,6 @@ pub struct Loaded {
     /// The graph.
     pub graph: ComputeGraph,
     /// Weight values from the file, by tensor name.
-    #[allow(dead_code)] // read by `run` (next)
     pub weights: TensorMap,
     /// A line about the source format (opset, producer), for `validate`.
     pub origin: Option<String>,

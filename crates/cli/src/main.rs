@@ -1,14 +1,17 @@
-//! The `cuplan` command line: validate, plan, run, pack and synthesise compute graphs.
+//! The `cuplan` command line: validate, plan, explain, run, pack and synthesise compute graphs.
 //!
 //! Exit codes (DESIGN.md section 7): 0 on success, 1 on a user error (one line naming what was wrong), 2 on a
 //! usage error (clap's own).
 
+mod cmd_explain;
 mod cmd_plan;
+mod cmd_run;
 mod cmd_synth;
 mod cmd_validate;
 mod load;
-#[allow(dead_code)] // used by `run` (next)
 mod tensors_io;
+#[allow(dead_code)] // pack_svg and the progress API are wired by `pack` and `run`
+mod viz;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,20 +33,34 @@ enum Command {
     Validate(cmd_validate::ValidateArgs),
     /// Compile a graph into an execution plan.
     Plan(cmd_plan::PlanArgs),
+    /// Run a graph's plan on a backend (simulator or CUDA), optionally checking it against the reference plan.
+    Run(cmd_run::RunArgs),
     /// Write a synthetic graph as JSON.
     Synth(cmd_synth::SynthArgs),
+    /// Show a plan step by step with its figures, their bounds and the fusion decisions.
+    Explain(cmd_explain::ExplainArgs),
 }
 
 fn init_logging(verbose: u8) {
+    use tracing_subscriber::fmt::format::FmtSpan;
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let from_env = EnvFilter::try_from_default_env().ok();
+    // Log lines and a progress bar on the same stderr garble each other: the bar gives way.
+    viz::progress::set_enabled(verbose == 0 && from_env.is_none());
+    let filter = from_env.unwrap_or_else(|| EnvFilter::new(default));
+    // A closing span prints its busy time: at -v, one line per pass (the pipeline's spans are named after them).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_span_events(FmtSpan::CLOSE)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -52,7 +69,9 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Validate(a) => cmd_validate::run(a),
         Command::Plan(a) => cmd_plan::run(a),
+        Command::Run(a) => cmd_run::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Explain(a) => cmd_explain::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -130,3 +130,39 @@ fn plan_formats() {
     let o = cuplan(&["plan", "examples/mlp.json"]);
     assert!(stdout(&o).starts_with("plan 'mlp_3x128'"));
 }
+
+#[test]
+fn run_checks_and_writes_outputs() {
+    let dir = std::env::temp_dir().join(format!("cuplan-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("out.safetensors");
+    let trace = dir.join("trace.json");
+    let o = cuplan(&[
+        "run",
+        "examples/transformer_block.json",
+        "--streams",
+        "4",
+        "--schedule",
+        "random",
+        "--seed",
+        "5",
+        "--check",
+        "--output",
+        out.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok   l0.residual2"), "{}", stdout(&o));
+    let bytes = std::fs::read(&out).unwrap();
+    // safetensors: 8-byte header length, then a JSON header naming the output.
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap();
+    assert!(header.contains("\"l0.residual2\"") && header.contains("[1,32,128]"), "{header}");
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    assert!(t["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+    // Feeding the outputs file back as inputs names the offending tensor.
+    let o = cuplan(&["run", "examples/transformer_block.json", "--inputs", out.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("'l0.residual2' is a graph output"), "{}", stderr(&o));
+}

@@ -1,0 +1,56 @@
+//! `cuplan explain GRAPH`: the plan as a table, one step per row, then its figures beside their bounds and the
+//! fusion decisions (text for a 120-column terminal, one JSON object, or GitHub markdown).
+
+use anyhow::{Context, Result};
+use graph_plan::{run_pipeline, Pass};
+
+use crate::cmd_plan::{build_checked, PlanFlags};
+use crate::load::{load_graph, GraphArgs};
+use crate::viz::explain;
+use crate::viz::Progress;
+
+/// Output format of `explain`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExplainFormat {
+    /// A table that fits 120 columns, a summary, the fusion decisions.
+    Text,
+    /// One JSON object: steps, summary, fusion.
+    Json,
+    /// GitHub markdown tables.
+    Markdown,
+}
+
+/// Arguments of `explain`.
+#[derive(clap::Args, Debug)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    graph: GraphArgs,
+    #[command(flatten)]
+    flags: PlanFlags,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
+    format: ExplainFormat,
+}
+
+/// Run `explain`.
+pub fn run(a: &ExplainArgs) -> Result<()> {
+    let progress = Progress::spinner("loading");
+    let g = load_graph(&a.graph)?;
+    let opts = a.flags.options()?;
+    progress.set_message("planning");
+    let (plan, _) = build_checked(&g, &opts)?;
+    // The fusion decisions: the same pipeline, stopped after fusion (cheap next to the whole build).
+    let fusion = run_pipeline(&g, &opts, Some(Pass::Fusion))?.fusion.context("the pipeline stopped before fusion")?;
+    progress.set_message("simulating");
+    let e = explain::explain(&plan, &fusion)?;
+    progress.finish();
+    let out = match a.format {
+        ExplainFormat::Text => explain::render_text(&e),
+        ExplainFormat::Json => explain::render_json(&e)?,
+        ExplainFormat::Markdown => explain::render_markdown(&e),
+    };
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", out.trim_end());
+    Ok(())
+}

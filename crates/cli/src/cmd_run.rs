@@ -1,0 +1,229 @@
+//! `cuplan run GRAPH`: compile a graph and run the plan on a backend (the simulator or CUDA), optionally
+//! checking it against the reference plan and writing a timeline trace.
+
+use anyhow::{bail, Context, Result};
+use exec_sim::{CheckOptions, Schedule, SimExecutor, SimOptions, TimingOptions};
+use graph_plan::{verify, BindingRole, ExecutionPlan, Executor, HostTensor, PlanOptions, PreparedPlan, TensorMap};
+use std::path::PathBuf;
+
+use crate::cmd_plan::PlanFlags;
+use crate::load::{load, GraphArgs};
+use crate::tensors_io;
+
+/// Which backend runs the plan.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// exec-sim, the CPU simulator (always available).
+    Sim,
+    /// exec-cuda, a real NVIDIA GPU.
+    Cuda,
+}
+
+/// Execution order of the simulator.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleArg {
+    /// Steps in submission order.
+    Submission,
+    /// A seeded adversarial order consistent with stream order and events.
+    Random,
+}
+
+/// Arguments of `run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    graph: GraphArgs,
+    #[command(flatten)]
+    flags: PlanFlags,
+    /// Backend.
+    #[arg(long, value_enum, default_value_t = Backend::Sim)]
+    backend: Backend,
+    /// Graph inputs (and optionally weights) by name, as safetensors; missing ones get seeded values.
+    #[arg(long, value_name = "IN.safetensors")]
+    inputs: Option<PathBuf>,
+    /// Weights by name, as safetensors (ONNX initializers with data are used otherwise; the rest are seeded).
+    #[arg(long, value_name = "W.safetensors")]
+    weights: Option<PathBuf>,
+    /// Write every graph output, by name, as safetensors.
+    #[arg(long, value_name = "OUT.safetensors")]
+    output: Option<PathBuf>,
+    /// Simulator schedule.
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Submission)]
+    schedule: ScheduleArg,
+    /// Seed of the random schedule and of the values of missing inputs and weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Also run the reference plan (no fusion, no reuse, one stream) and compare every output; exit 1 on a
+    /// mismatch.
+    #[arg(long)]
+    check: bool,
+    /// Relative tolerance of `--check` for floating-point outputs (relative to each output's magnitude).
+    #[arg(long, default_value_t = 1e-5)]
+    tolerance: f64,
+    /// Turn the simulator's race detector off.
+    #[arg(long)]
+    no_race_check: bool,
+    /// Write the modelled timeline as Chrome trace JSON (opens in Perfetto).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+}
+
+fn schedule(a: &RunArgs) -> Schedule {
+    match a.schedule {
+        ScheduleArg::Submission => Schedule::Submission,
+        ScheduleArg::Random => Schedule::Random { seed: a.seed },
+    }
+}
+
+/// Split a user's tensor file into inputs and weights by the plan's bindings; unknown names are errors.
+fn split_supplied(
+    plan: &ExecutionPlan,
+    supplied: TensorMap,
+    inputs: &mut TensorMap,
+    weights: &mut TensorMap,
+) -> Result<()> {
+    for (name, t) in supplied {
+        match plan.bindings().iter().find(|b| b.name == name).map(|b| b.role) {
+            Some(BindingRole::Input) => {
+                inputs.insert(name, t);
+            }
+            Some(BindingRole::Weight) => {
+                weights.insert(name, t);
+            }
+            Some(BindingRole::Constant) => bail!("'{name}' is a constant of the graph and cannot be supplied"),
+            Some(BindingRole::Output) => bail!("'{name}' is a graph output, not an input"),
+            None => bail!("'{name}' is not an input or weight of the graph"),
+        }
+    }
+    Ok(())
+}
+
+fn summarise(name: &str, t: &HostTensor) -> String {
+    let v = t.to_f64();
+    let (mut lo, mut hi, mut sum) = (f64::INFINITY, f64::NEG_INFINITY, 0f64);
+    for &x in &v {
+        lo = lo.min(x);
+        hi = hi.max(x);
+        sum += x;
+    }
+    let mean = if v.is_empty() { 0.0 } else { sum / v.len() as f64 };
+    let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.6}")).collect();
+    format!(
+        "{name} {} {}: min {lo:.6} max {hi:.6} mean {mean:.6} [{}{}]",
+        t.dtype,
+        t.shape,
+        head.join(", "),
+        if v.len() > 4 { ", ..." } else { "" }
+    )
+}
+
+/// Run `run`.
+pub fn run(a: &RunArgs) -> Result<()> {
+    let loaded = load(&a.graph)?;
+    let mut opts: PlanOptions = a.flags.options()?;
+    if a.backend == Backend::Cuda {
+        opts.fusion.caps = exec_cuda::codegen::fusion_caps();
+    }
+    let plan = ExecutionPlan::build_with(&loaded.graph, &opts)?;
+    if let Err(v) = verify(&plan) {
+        bail!("internal error: the plan fails verification ({} violations; first: {}) — this is a bug", v.len(), v[0]);
+    }
+    let mut inputs = TensorMap::new();
+    let mut weights = loaded.weights;
+    if let Some(p) = &a.inputs {
+        split_supplied(&plan, tensors_io::read(p)?, &mut inputs, &mut weights)
+            .with_context(|| format!("'{}'", p.display()))?;
+    }
+    if let Some(p) = &a.weights {
+        split_supplied(&plan, tensors_io::read(p)?, &mut inputs, &mut weights)
+            .with_context(|| format!("'{}'", p.display()))?;
+    }
+    exec_sim::fill_tensors(&plan, &mut inputs, &mut weights, a.seed);
+
+    let outputs = match a.backend {
+        Backend::Sim => {
+            let exec = SimExecutor::with_options(SimOptions {
+                schedule: schedule(a),
+                race_check: !a.no_race_check,
+                poison: true,
+            });
+            let mut prepared = exec.prepare_sim(&plan, &weights)?;
+            prepared.run_sim(&inputs)?
+        }
+        Backend::Cuda => {
+            let exec = exec_cuda::CudaExecutor::new(0);
+            exec.availability()?;
+            let mut prepared = exec.prepare(&plan, &weights)?;
+            prepared.run(&inputs)?
+        }
+    };
+    println!(
+        "ran '{}' on {}: {} launches on {} stream(s), pool {} B",
+        plan.graph_name(),
+        match a.backend {
+            Backend::Sim => "sim",
+            Backend::Cuda => "cuda",
+        },
+        plan.kernel_count_fused,
+        plan.num_streams,
+        plan.pool_bytes
+    );
+    for (name, t) in &outputs {
+        println!("  {}", summarise(name, t));
+    }
+    if let Some(p) = &a.output {
+        tensors_io::write(p, &outputs)?;
+    }
+    if let Some(p) = &a.trace {
+        let timing = exec_sim::simulate(&plan, &TimingOptions::for_plan(&plan))?;
+        std::fs::write(p, exec_sim::chrome_trace_json(&plan, &timing))
+            .with_context(|| format!("writing '{}'", p.display()))?;
+        println!(
+            "  timeline: makespan {:.1} us, bound {:.1} us ({:.3}x) -> {}",
+            timing.makespan_us,
+            timing.bound_us,
+            if timing.bound_us > 0.0 { timing.makespan_us / timing.bound_us } else { 1.0 },
+            p.display()
+        );
+    }
+    if a.check {
+        let reference = ExecutionPlan::build_with(&loaded.graph, &PlanOptions::reference())?;
+        let copts =
+            CheckOptions { schedule: schedule(a), race_check: !a.no_race_check, tolerance: a.tolerance, seed: a.seed };
+        let report = match a.backend {
+            Backend::Sim => exec_sim::check_plans(&reference, &plan, &inputs, &weights, &copts)?,
+            Backend::Cuda => {
+                // The GPU's outputs against the simulated reference plan.
+                let exec = SimExecutor::with_options(SimOptions::default());
+                let want = exec_sim::run_plan(&exec, &reference, &weights, &inputs)?;
+                let outs: Vec<_> = want
+                    .iter()
+                    .filter_map(|(n, w)| outputs.get(n).map(|g| exec_sim::compare(n, w, g, a.tolerance)))
+                    .collect();
+                exec_sim::CheckReport {
+                    passed: outs.len() == want.len() && outs.iter().all(|o| o.passed),
+                    outputs: outs,
+                    tolerance: a.tolerance,
+                    reference_launches: reference.kernel_count_fused,
+                    optimised_launches: plan.kernel_count_fused,
+                    optimised_streams: plan.num_streams,
+                }
+            }
+        };
+        println!("check against the reference plan (tolerance {:e} relative):", report.tolerance);
+        for o in &report.outputs {
+            println!(
+                "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
+                if o.passed { "ok  " } else { "FAIL" },
+                o.name,
+                o.max_abs_err,
+                o.max_rel_err,
+                if o.bitwise_equal { " (bitwise equal)" } else { "" }
+            );
+        }
+        if !report.passed {
+            bail!("--check: the optimised plan's outputs differ from the reference plan's");
+        }
+    }
+    Ok(())
+}

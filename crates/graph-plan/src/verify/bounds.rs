@@ -1,0 +1,51 @@
+//! Check 4, bounds: every range of a launch, a copy or a binding lies inside its region and starts at a
+//! multiple of the plan's alignment; a copy moves no more bytes than its source and destination hold.
+//! O(ranges).
+
+use crate::ids::StepId;
+use crate::plan::{BufferRef, PlanStep};
+
+use super::index::Index;
+use super::violation::{Site, Violation};
+
+pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
+    let plan = ix.plan;
+    // An alignment of 0 would be a broken header; treat it as "no requirement" rather than divide by it.
+    let align = plan.alignment().max(1);
+    let range = |site: &dyn Fn() -> Site, b: &BufferRef, out: &mut Vec<Violation>| {
+        let size = plan.region_bytes(b.region);
+        // `checked_add`: an offset near u64::MAX must not wrap back inside the region.
+        if b.offset.checked_add(b.bytes).is_none_or(|end| end > size) {
+            out.push(Violation::OutOfRegion { site: site(), range: *b, region_bytes: size });
+        }
+        if b.offset % align != 0 {
+            out.push(Violation::Misaligned { site: site(), range: *b, alignment: align });
+        }
+    };
+    for (i, step) in plan.steps.iter().enumerate() {
+        let site = || Site::Step(StepId::from_index(i));
+        match step {
+            PlanStep::Launch { reads, writes, .. } => {
+                for b in reads.iter().chain(writes) {
+                    range(&site, b, out);
+                }
+            }
+            PlanStep::Copy { src, dst, bytes, .. } => {
+                range(&site, src, out);
+                range(&site, dst, out);
+                if *bytes > src.bytes || *bytes > dst.bytes {
+                    out.push(Violation::CopyLength {
+                        step: StepId::from_index(i),
+                        bytes: *bytes,
+                        src: *src,
+                        dst: *dst,
+                    });
+                }
+            }
+            PlanStep::Record { .. } | PlanStep::Wait { .. } => {}
+        }
+    }
+    for b in plan.bindings() {
+        range(&|| Site::Binding(b.name.clone()), &b.buffer, out);
+    }
+}
