@@ -113,3 +113,25 @@ fn million_node_random_dag_through_the_whole_pipeline() {
     eprintln!("random_dag(1M) built in {:.2}s", secs(t));
     whole_pipeline(&g, "random_dag");
 }
+
+#[test]
+fn output_copy_readers_on_other_streams_are_ordered_and_verify_sees_it() {
+    // Found by the sim_diff fuzz target: `n1`, a view of the input, is an output, so it is copied into an
+    // output buffer at the start on stream 0; `n2` reads that buffer on stream 1 and used to race the copy.
+    let g = json::from_json(
+        r#"{"format":"cuplan-graph","version":1,"name":"copy_race",
+        "inputs":[{"name":"x0","dtype":"f32","shape":[1,1,1]}],
+        "nodes":[{"name":"n0","op":{"Cast":{"to":"f32"}},"inputs":["x0"]},
+                 {"name":"n1","op":{"Unsqueeze":{"axes":[]}},"inputs":["x0"]},
+                 {"name":"n2","op":"Neg","inputs":["n1"]}],
+        "outputs":["n0","n1","n2"]}"#,
+    )
+    .unwrap();
+    let plan = build_and_verify(&g, &PlanOptions::with_streams(8)).unwrap();
+    assert_eq!((plan.num_streams, plan.event_count), (2, 1));
+    // Without the event, the independent checker must object.
+    let mut broken = plan.clone();
+    broken.steps.retain(|s| !matches!(s, graph_plan::PlanStep::Record { .. } | graph_plan::PlanStep::Wait { .. }));
+    broken.event_count = 0;
+    assert!(verify(&broken).is_err(), "verify accepts a reader racing the output copy");
+}
