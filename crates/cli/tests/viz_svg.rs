@@ -75,10 +75,11 @@ fn examples_draw_one_rect_per_pool_buffer() {
 #[test]
 fn mlp_titles_name_the_tensors() {
     let doc = check(&workspace().join("examples/mlp.json"), 1, "mlp-titles");
-    // mlp: the three matmul results and two activations live in the pool (the last bias writes the output).
+    // mlp: each layer is one kernel (MatMul, bias and Relu fused), so only the two activations between layers
+    // live in the pool (the last layer writes the output).
     let mut names: Vec<String> = doc.rects.iter().map(|r| r.title.lines().next().unwrap().to_string()).collect();
     names.sort();
-    assert_eq!(names.len(), 5, "{names:?}");
+    assert_eq!(names, ["l0.relu", "l1.relu"], "{names:?}");
     for r in &doc.rects {
         assert!(r.title.contains("2.00 KiB (2048 B; 2048 B reserved)"), "{:?}", r.title);
     }

@@ -197,7 +197,8 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         r.pass_ms = ms;
         return Ok(r);
     }
-    let fusion = timed(Pass::Fusion, &mut ms, || fusion::analyse(graph, &r.topo, &opts.fusion));
+    let target = fusion::FusionTarget { streams: opts.max_streams, device: opts.device.clone() };
+    let fusion = timed(Pass::Fusion, &mut ms, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
     #[cfg(debug_assertions)]
     crate::checks::fusion(graph, &r.topo, &fusion)?;
     r.fusion = Some(fusion);

@@ -138,7 +138,8 @@ pub fn reason_code(r: &impl std::fmt::Debug) -> String {
     format!("{r:?}")
 }
 
-/// The fusion section from the fusion pass's decisions.
+/// The fusion section from the fusion pass's decisions (the decisions list the edges left between kernels;
+/// merges are counted by the pass).
 pub fn fusion_section(fusion: &FusionPlan) -> FusionSection {
     let mut by_reason: BTreeMap<String, usize> = BTreeMap::new();
     let mut rejected = Vec::new();
@@ -149,46 +150,15 @@ pub fn fusion_section(fusion: &FusionPlan) -> FusionSection {
             rejected.push(Rejection { producer: d.producer.clone(), consumer: d.consumer.clone(), reason: code });
         }
     }
-    FusionSection {
-        candidates: fusion.decisions.len(),
-        fused: fusion.decisions.len() - rejected.len(),
-        rejected_by_reason: by_reason,
-        rejected,
-    }
+    let s = &fusion.stats;
+    let fused = s.merges_vertical + s.merges_multi_output + s.merges_horizontal;
+    FusionSection { candidates: fused + rejected.len(), fused, rejected_by_reason: by_reason, rejected }
 }
 
 /// The readable fusion explanation of `plan --explain-fusion`: each group with its kind and nodes, then each
-/// rejected candidate with its reason code.
+/// rejected candidate with its reason code and specifics (the fusion pass's own `explain`).
 pub fn fusion_text(graph: &ComputeGraph, fusion: &FusionPlan) -> String {
-    let sec = fusion_section(fusion);
-    let non_view = graph.nodes().filter(|(_, n)| !n.op.is_view()).count();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "fusion of '{}': {} ops -> {} kernels; {} candidate pairs, {} fused, {} rejected",
-        graph.name(),
-        non_view,
-        fusion.groups.len(),
-        sec.candidates,
-        sec.fused,
-        sec.rejected.len()
-    );
-    let _ = writeln!(s, "groups:");
-    for (i, g) in fusion.groups.iter().enumerate() {
-        let nodes: Vec<String> =
-            g.nodes.iter().map(|&n| format!("{}({})", graph.node(n).name, graph.node(n).op.name())).collect();
-        let _ = writeln!(s, "  g{i} {}: {}", kind_name(g.kind), nodes.join(" "));
-    }
-    if sec.rejected.is_empty() {
-        let _ = writeln!(s, "rejected: none");
-    } else {
-        let counts: Vec<String> = sec.rejected_by_reason.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(s, "rejected ({}):", counts.join(", "));
-        for r in &sec.rejected {
-            let _ = writeln!(s, "  {} -> {} [{}]", r.producer, r.consumer, r.reason);
-        }
-    }
-    s
+    fusion.explain(graph)
 }
 
 /// Lowercase name of a kernel kind.

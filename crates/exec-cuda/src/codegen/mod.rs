@@ -112,6 +112,8 @@ pub fn fusion_caps() -> FusionCaps {
         pool_epilogue: true,
         reduction_fusion: false,
         multi_output: true,
+        // The per-element emitter indexes every value in its own shape, data movement included.
+        injective_fusion: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,

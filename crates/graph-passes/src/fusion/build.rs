@@ -1,0 +1,601 @@
+//! The three phases of the pass and the final assembly of groups (module docs of `fusion`).
+
+use graph_ir::{ComputeGraph, NodeId, TensorRole};
+use slotmap::SecondaryMap;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::dag::{Dag, Plan, Stop};
+use super::dense::{Dense, NONE};
+use super::model::Model;
+use super::rules::{Groups, Reject, Why};
+use super::{
+    FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, FusionTarget, GroupKind,
+    RejectReason,
+};
+use crate::ids::GroupId;
+use crate::topo::TopoOrder;
+
+/// Most work one cycle check may do (groups and edges visited).
+const LOCAL_BUDGET: u64 = 1 << 11;
+/// Work every cycle check may do even when the pass's total budget is spent (local merges stay exact).
+const FLOOR_BUDGET: u64 = 1 << 8;
+/// Total work of all cycle checks, per node and edge of the graph.
+const GLOBAL_BUDGET_PER_ITEM: u64 = 32;
+/// Most rounds of phase 2.
+const MAX_ROUNDS: u32 = 8;
+
+/// A verdict on an edge or a horizontal pair.
+#[derive(Clone, Debug)]
+struct Verdict {
+    reason: Option<RejectReason>,
+    phase: FusionPhase,
+    score: i64,
+    why: Option<Why>,
+}
+
+struct Pass<'a, 'g> {
+    d: &'a Dense<'g>,
+    opts: &'a FusionOptions,
+    groups: Groups,
+    model: Model,
+    dag: Option<Dag>,
+    /// Work left for cycle checks.
+    budget_left: u64,
+    verdicts: Vec<Verdict>,
+    /// Verdict index of each edge (`NONE`: never evaluated).
+    edge_verdict: Vec<u32>,
+    /// Horizontal candidates: (first sibling's node, second sibling's node, shared tensor, verdict).
+    horizontal: Vec<(u32, u32, u32, u32)>,
+    stats: FusionStats,
+}
+
+pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &FusionTarget) -> FusionPlan {
+    let d = Dense::new(graph, order);
+    let model = Model::new(&d, target);
+    let items = (d.len() + d.num_edges()) as u64;
+    let mut p = Pass {
+        groups: Groups::new(&d, &model.flops),
+        model,
+        d: &d,
+        opts,
+        dag: None,
+        budget_left: GLOBAL_BUDGET_PER_ITEM.saturating_mul(items).saturating_add(1 << 16),
+        verdicts: Vec::new(),
+        edge_verdict: vec![NONE; d.num_edges()],
+        horizontal: Vec::new(),
+        stats: FusionStats::default(),
+    };
+    if opts.enabled {
+        p.vertical();
+        if opts.caps.multi_output {
+            p.multi_output();
+            if opts.horizontal {
+                p.horizontal();
+            }
+        }
+    } else {
+        let v = p.verdict(Verdict {
+            reason: Some(RejectReason::Disabled),
+            phase: FusionPhase::Vertical,
+            score: 0,
+            why: Some(Why::Disabled),
+        });
+        p.edge_verdict.iter_mut().for_each(|e| *e = v);
+    }
+    if let Some(dag) = &p.dag {
+        p.stats.dag_visits = dag.visits;
+        p.stats.dag_visits_max = dag.max_visits;
+    }
+    p.finish(order)
+}
+
+impl Pass<'_, '_> {
+    fn verdict(&mut self, v: Verdict) -> u32 {
+        self.verdicts.push(v);
+        (self.verdicts.len() - 1) as u32
+    }
+
+    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide).
+    fn set_edge(&mut self, e: usize, v: u32) {
+        let old = self.edge_verdict[e];
+        if old == NONE || self.verdicts[old as usize].reason != self.verdicts[v as usize].reason {
+            self.edge_verdict[e] = v;
+        }
+    }
+
+    /// Record one verdict on every edge from group `a` to group `b`, walking the smaller side.
+    fn record_between(&mut self, a: u32, b: u32, v: Verdict) {
+        let d = self.d;
+        let k = self.verdict(v);
+        let mut edges = Vec::new();
+        if self.groups.size(a) <= self.groups.size(b) {
+            for &m in self.groups.members(a) {
+                for (e, &c) in d.edges(m).zip(d.succ(m)) {
+                    if self.groups.owner[c as usize] == b {
+                        edges.push(e);
+                    }
+                }
+            }
+        } else {
+            for &c in self.groups.members(b) {
+                for &t in d.inputs(c) {
+                    let p = d.kprod[t as usize];
+                    if p != NONE && self.groups.owner[p as usize] == a {
+                        edges.extend(d.edge(p, c));
+                    }
+                }
+            }
+        }
+        for e in edges {
+            self.set_edge(e, k);
+        }
+    }
+
+    /// Phase 1: in reverse topological order, a producer joins the group of its consumers when all of them are
+    /// in one group and the merge is legal.
+    fn vertical(&mut self) {
+        let d = self.d;
+        for p in (0..d.len() as u32).rev() {
+            let cons = d.succ(p);
+            if d.is_view(p) || cons.is_empty() {
+                continue;
+            }
+            let first = self.groups.owner[cons[0] as usize];
+            let v = if let Some(&other) = cons.iter().find(|&&c| self.groups.owner[c as usize] != first) {
+                let mut owners: Vec<u32> = cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
+                owners.sort_unstable();
+                owners.dedup();
+                Verdict {
+                    reason: Some(RejectReason::MultiConsumer),
+                    phase: FusionPhase::Vertical,
+                    score: 0,
+                    why: Some(Why::MultiConsumer { p, kernels: owners.len(), example: other }),
+                }
+            } else {
+                match self.try_join(p, first) {
+                    Ok(score) => {
+                        self.stats.merges_vertical += 1;
+                        Verdict { reason: None, phase: FusionPhase::Vertical, score, why: None }
+                    }
+                    Err((reason, why)) => {
+                        Verdict { reason: Some(reason), phase: FusionPhase::Vertical, score: 0, why: Some(why) }
+                    }
+                }
+            };
+            let k = self.verdict(v);
+            for e in d.edges(p) {
+                self.edge_verdict[e] = k;
+            }
+        }
+    }
+
+    /// Try to merge producer `p` (still alone) into consumer group `cg` in phase 1; Ok carries the score.
+    fn try_join(&mut self, p: u32, cg: u32) -> Result<i64, Reject> {
+        let d = self.d;
+        let caps = &self.opts.caps;
+        let pg = self.groups.owner[p as usize];
+        for g in [pg, cg] {
+            match self.groups.g[g as usize].kind {
+                GroupKind::Custom => return Err((RejectReason::AcrossCustom, Why::Custom)),
+                GroupKind::Copy => return Err((RejectReason::AcrossCopy, Why::Copy)),
+                _ => {}
+            }
+        }
+        if d.outputs(p).iter().any(|&t| d.is_output(t)) {
+            return Err((RejectReason::GraphOutput, Why::GraphOutput { p }));
+        }
+        let merged = self.groups.structural(d, caps, pg, cg)?;
+        let pv = self.groups.preview(d, pg, cg);
+        self.groups.shaped(d, caps, pg, cg, &merged, &pv)?;
+        if let Some(why) = self.model.loses_concurrency(d, &self.groups, pg, cg, &pv) {
+            return Err((RejectReason::LosesConcurrency, why));
+        }
+        let score = self.model.score(d, &self.groups, pg, cg);
+        self.groups.merge(pg, cg, pv, merged, 0);
+        Ok(score)
+    }
+
+    /// Phase 2: producer/consumer group pairs, best score first, in rounds; the merged kernel may write several
+    /// results. Round 1 tries every pair; later rounds only pairs with a group that changed in the round before.
+    fn multi_output(&mut self) {
+        let d = self.d;
+        for round in 1..=MAX_ROUNDS {
+            self.stats.multi_output_rounds += 1;
+            // One candidate per (producer group, consumer group), named by its first edge.
+            let mut pairs: Vec<(u64, u32, u32)> = Vec::new();
+            for x in 0..self.groups.g.len() as u32 {
+                let gx = &self.groups.g[x as usize];
+                if !gx.alive {
+                    continue;
+                }
+                for &m in self.groups.members(x) {
+                    for &c in d.succ(m) {
+                        let y = self.groups.owner[c as usize];
+                        let fresh = round == 1 || gx.epoch + 1 == round || self.groups.g[y as usize].epoch + 1 == round;
+                        if y != x && fresh {
+                            pairs.push((((x as u64) << 32) | y as u64, m, c));
+                        }
+                    }
+                }
+            }
+            pairs.sort_unstable();
+            pairs.dedup_by_key(|p| p.0);
+            let mut cands: Vec<(Reverse<i64>, u32, u32, u32, u32)> = Vec::new();
+            for &(key, m, c) in &pairs {
+                let (x, y) = ((key >> 32) as u32, key as u32);
+                match self.groups.structural(d, &self.opts.caps, x, y) {
+                    Ok(_) => {
+                        let s = self.model.score(d, &self.groups, x, y);
+                        cands.push((Reverse(s), self.groups.g[y as usize].lo, self.groups.g[x as usize].lo, m, c));
+                    }
+                    Err((reason, why)) => {
+                        let v =
+                            Verdict { reason: Some(reason), phase: FusionPhase::MultiOutput, score: 0, why: Some(why) };
+                        self.record_between(x, y, v);
+                    }
+                }
+            }
+            cands.sort_unstable();
+            let mut merged_any = false;
+            for (_, _, _, m, c) in cands {
+                let (x, y) = (self.groups.owner[m as usize], self.groups.owner[c as usize]);
+                if x == y {
+                    continue;
+                }
+                match self.try_merge(x, y, round) {
+                    Ok(score) => {
+                        merged_any = true;
+                        self.stats.merges_multi_output += 1;
+                        let k =
+                            self.verdict(Verdict { reason: None, phase: FusionPhase::MultiOutput, score, why: None });
+                        if let Some(e) = d.edge(m, c) {
+                            self.edge_verdict[e] = k;
+                        }
+                    }
+                    Err((reason, score, why)) => {
+                        let v =
+                            Verdict { reason: Some(reason), phase: FusionPhase::MultiOutput, score, why: Some(why) };
+                        self.record_between(x, y, v);
+                    }
+                }
+            }
+            if !merged_any {
+                break;
+            }
+        }
+    }
+
+    /// Try to merge groups `x` and `y` in phases 2 and 3: legality, the exact cycle check, concurrency.
+    fn try_merge(&mut self, x: u32, y: u32, epoch: u32) -> Result<i64, (RejectReason, i64, Why)> {
+        let d = self.d;
+        let caps = &self.opts.caps;
+        let merged = self.groups.structural(d, caps, x, y).map_err(|(r, w)| (r, 0, w))?;
+        let score = self.model.score(d, &self.groups, x, y);
+        let pv = self.groups.preview(d, x, y);
+        self.groups.shaped(d, caps, x, y, &merged, &pv).map_err(|(r, w)| (r, score, w))?;
+        let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));
+        let (x, y) = dag.ordered(x, y);
+        let budget = LOCAL_BUDGET.min(FLOOR_BUDGET.max(self.budget_left));
+        let before = dag.visits;
+        let checked = dag.check(&self.groups, x, y, budget);
+        self.budget_left = self.budget_left.saturating_sub(dag.visits - before);
+        let plan: Plan = match checked {
+            Ok(plan) => plan,
+            Err(Stop::Cycle(z)) => {
+                let (from, via, to) =
+                    (self.groups.g[x as usize].lo, self.groups.g[z as usize].lo, self.groups.g[y as usize].lo);
+                return Err((RejectReason::WouldCycle, score, Why::Cycle { from, via, to }));
+            }
+            Err(Stop::Budget(work)) => return Err((RejectReason::CycleCheckBudget, score, Why::Budget { work })),
+        };
+        if let Some(why) = self.model.loses_concurrency(d, &self.groups, x, y, &pv) {
+            return Err((RejectReason::LosesConcurrency, score, why));
+        }
+        let (keep, gone) = self.groups.merge(x, y, pv, merged, epoch);
+        if let Some(dag) = self.dag.as_mut() {
+            dag.contract(&self.groups, plan, x, y, keep, gone);
+        }
+        Ok(score)
+    }
+
+    /// Phase 3: launch-bound groups that read the same tensor and do not depend on each other.
+    fn horizontal(&mut self) {
+        let d = self.d;
+        let small = self.model.launch_bytes;
+        for t in 0..d.tids.len() as u32 {
+            if d.root[t as usize] != t || d.readers(t).len() < 2 {
+                continue;
+            }
+            let mut sib: Vec<u32> = d.readers(t).iter().map(|&c| self.groups.owner[c as usize]).collect();
+            sib.sort_unstable();
+            sib.dedup();
+            if sib.len() < 2 {
+                continue;
+            }
+            sib.sort_unstable_by_key(|&g| self.groups.g[g as usize].lo);
+            let mut acc: Option<u32> = None;
+            for g in sib {
+                let g = self.groups.resolve(g);
+                let Some(a) = acc.map(|a| self.groups.resolve(a)).filter(|&a| a != g) else {
+                    acc = Some(g);
+                    continue;
+                };
+                let (an, gn) = (self.groups.g[a as usize].lo, self.groups.g[g as usize].lo);
+                let outcome = self.try_horizontal(a, g, small);
+                let v = match outcome {
+                    Ok(score) => {
+                        self.stats.merges_horizontal += 1;
+                        acc = Some(self.groups.owner[an as usize]);
+                        Verdict { reason: None, phase: FusionPhase::Horizontal, score, why: None }
+                    }
+                    Err((reason, score, why)) => {
+                        acc = Some(g);
+                        Verdict { reason: Some(reason), phase: FusionPhase::Horizontal, score, why: Some(why) }
+                    }
+                };
+                let k = self.verdict(v);
+                self.horizontal.push((an, gn, t, k));
+            }
+        }
+    }
+
+    fn try_horizontal(&mut self, a: u32, g: u32, small: u64) -> Result<i64, (RejectReason, i64, Why)> {
+        let d = self.d;
+        for x in [a, g] {
+            let gx = &self.groups.g[x as usize];
+            if gx.kind == GroupKind::Anchor {
+                return Err((RejectReason::Pattern, 0, Why::HorizontalAnchor { node: gx.anchor }));
+            }
+            let bytes = self.groups.bytes(d, x);
+            if bytes > small {
+                return Err((RejectReason::NotSmall, 0, Why::NotSmall { node: gx.lo, bytes, small }));
+            }
+        }
+        let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));
+        let (o1, o2) = dag.ordered(a, g);
+        if dag.has_edge(&self.groups, o1, o2) {
+            return Err((RejectReason::WouldCycle, 0, Why::Dependent));
+        }
+        self.try_merge(o1, o2, MAX_ROUNDS + 1)
+    }
+
+    /// Absorb views, order the groups topologically, and build the plan.
+    fn finish(self, order: &TopoOrder) -> FusionPlan {
+        let d = self.d;
+        let groups = &self.groups;
+        let mut stats = self.stats;
+        stats.nodes = d.len();
+        let n = d.len();
+        // Live groups, densely numbered in order of their lowest member; `gof[i]`: group of node i, views
+        // included once absorbed.
+        let mut live: Vec<u32> = (0..groups.g.len() as u32).filter(|&g| groups.g[g as usize].alive).collect();
+        live.sort_unstable_by_key(|&g| groups.g[g as usize].lo);
+        let mut dense_of = vec![NONE; groups.g.len()];
+        for (i, &g) in live.iter().enumerate() {
+            dense_of[g as usize] = i as u32;
+        }
+        let mut gof: Vec<u32> =
+            groups.owner.iter().map(|&o| if o == NONE { NONE } else { dense_of[o as usize] }).collect();
+        // A view joins the group that writes its bytes when one of its (view-transparent) readers is in that
+        // group: the kernel must not read through an outside alias what it writes itself.
+        for i in 0..n as u32 {
+            if !d.is_view(i) {
+                continue;
+            }
+            stats.views += 1;
+            let Some(&x) = d.inputs(i).first() else { continue };
+            let p = d.kprod[x as usize];
+            if p == NONE {
+                continue;
+            }
+            let g = groups.owner[p as usize];
+            if view_readers(d, order, d.outputs(i)).any(|c| groups.owner[c as usize] == g) {
+                gof[i as usize] = dense_of[g as usize];
+                stats.views_absorbed += 1;
+            }
+        }
+        let kinds: Vec<GroupKind> = live.iter().map(|&g| groups.g[g as usize].kind).collect();
+        // Each verdict's text is formatted once: many edges share one (every edge between two groups).
+        let mut texts: Vec<Option<String>> = vec![None; self.verdicts.len()];
+        let mut text = |k: u32| -> String {
+            let slot = &mut texts[k as usize];
+            if slot.is_none() {
+                let v = &self.verdicts[k as usize];
+                *slot = Some(v.why.as_ref().map_or(String::new(), |w| w.text(d)));
+            }
+            slot.clone().unwrap_or_default()
+        };
+        // Decisions: every edge between two kernels, with the verdict that kept them apart (fused edges are the
+        // groups themselves), then the horizontal candidates.
+        let across = (0..n as u32)
+            .map(|p| d.succ(p).iter().filter(|&&c| groups.owner[p as usize] != groups.owner[c as usize]).count())
+            .sum::<usize>();
+        let mut decisions = Vec::with_capacity(across + self.horizontal.len());
+        for p in 0..n as u32 {
+            for (e, &c) in d.edges(p).zip(d.succ(p)) {
+                if groups.owner[p as usize] == groups.owner[c as usize] {
+                    continue;
+                }
+                let tensor = d
+                    .inputs(c)
+                    .iter()
+                    .find(|&&t| d.kprod[t as usize] == p)
+                    .map_or(String::new(), |&t| d.tname(t).into());
+                let k = self.edge_verdict[e];
+                let (rejected, phase, score, detail) = match (k != NONE).then(|| &self.verdicts[k as usize]) {
+                    Some(v) if v.reason.is_some() => (v.reason, v.phase, v.score, text(k)),
+                    // Unreachable: every edge between two kernels was evaluated and rejected.
+                    _ => (Some(RejectReason::Pattern), FusionPhase::MultiOutput, 0, "not evaluated".to_string()),
+                };
+                decisions.push(FusionDecision {
+                    producer: d.name(p).to_string(),
+                    consumer: d.name(c).to_string(),
+                    rejected,
+                    phase,
+                    tensor,
+                    score,
+                    detail,
+                });
+            }
+        }
+        for &(a, b, t, k) in &self.horizontal {
+            let v = &self.verdicts[k as usize];
+            decisions.push(FusionDecision {
+                producer: d.name(a).to_string(),
+                consumer: d.name(b).to_string(),
+                rejected: v.reason,
+                phase: FusionPhase::Horizontal,
+                tensor: d.tname(t).to_string(),
+                score: v.score,
+                detail: text(k),
+            });
+        }
+        let mut plan = assemble(d, order, gof, kinds, decisions);
+        stats.groups = plan.groups.len();
+        plan.stats = stats;
+        plan
+    }
+}
+
+/// Positions of the non-view nodes reading any of `ts` (tensor indices) or a view of them.
+fn view_readers<'a>(d: &'a Dense<'_>, order: &'a TopoOrder, ts: &[u32]) -> impl Iterator<Item = u32> + 'a {
+    let mut out = Vec::new();
+    let mut stack: Vec<u32> = ts.to_vec();
+    while let Some(t) = stack.pop() {
+        for &c in d.graph.consumers(d.tids[t as usize]) {
+            let i = order.position[c];
+            if d.is_view(i) {
+                stack.extend_from_slice(d.outputs(i));
+            } else {
+                out.push(i);
+            }
+        }
+    }
+    out.into_iter()
+}
+
+/// Order the groups topologically (ties: the group's first node position) and compute their external inputs and
+/// outputs. `gof[i]` is the group of node `i` (`NONE` for views outside groups).
+fn assemble(
+    d: &Dense<'_>,
+    order: &TopoOrder,
+    gof: Vec<u32>,
+    kinds: Vec<GroupKind>,
+    decisions: Vec<FusionDecision>,
+) -> FusionPlan {
+    let graph = d.graph;
+    let n = d.len();
+    let k = kinds.len();
+    // Members of each group in position order (a counting sort): `members[moff[g]..moff[g + 1]]`.
+    let mut moff = vec![0u32; k + 1];
+    for &g in &gof {
+        if g != NONE {
+            moff[g as usize + 1] += 1;
+        }
+    }
+    for g in 0..k {
+        moff[g + 1] += moff[g];
+    }
+    let mut members = vec![0u32; moff[k] as usize];
+    let mut fill = moff.clone();
+    for (i, &g) in gof.iter().enumerate() {
+        if g != NONE {
+            members[fill[g as usize] as usize] = i as u32;
+            fill[g as usize] += 1;
+        }
+    }
+    let mem = |g: u32| &members[moff[g as usize] as usize..moff[g as usize + 1] as usize];
+    // Group DAG through the writers of each input's bytes.
+    let mut edges: Vec<(u32, u32)> = Vec::new();
+    let mut indeg = vec![0u32; k];
+    let mut mark = vec![NONE; k];
+    for g in 0..k as u32 {
+        for &i in mem(g) {
+            for &t in d.inputs(i) {
+                let p = d.kprod[t as usize];
+                if p == NONE {
+                    continue;
+                }
+                let w = gof[p as usize];
+                if w != g && mark[w as usize] != g {
+                    mark[w as usize] = g;
+                    edges.push((w, g));
+                    indeg[g as usize] += 1;
+                }
+            }
+        }
+    }
+    edges.sort_unstable();
+    let mut soff = vec![0usize; k + 1];
+    for &(w, _) in &edges {
+        soff[w as usize + 1] += 1;
+    }
+    for g in 0..k {
+        soff[g + 1] += soff[g];
+    }
+    let succ = |g: u32| edges[soff[g as usize]..soff[g as usize + 1]].iter().map(|e| e.1);
+    let first: Vec<u32> = (0..k as u32).map(|g| mem(g).first().copied().unwrap_or(0)).collect();
+    let mut ready: BinaryHeap<Reverse<(u32, u32)>> =
+        (0..k as u32).filter(|&g| indeg[g as usize] == 0).map(|g| Reverse((first[g as usize], g))).collect();
+    let mut new_index = vec![NONE; k];
+    let mut sequence = Vec::with_capacity(k);
+    while let Some(Reverse((_, g))) = ready.pop() {
+        new_index[g as usize] = sequence.len() as u32;
+        sequence.push(g);
+        for s in succ(g) {
+            indeg[s as usize] -= 1;
+            if indeg[s as usize] == 0 {
+                ready.push(Reverse((first[s as usize], s)));
+            }
+        }
+    }
+    if sequence.len() != k {
+        // A cycle between groups: a bug in the legality checks. Fall back to one kernel per node, which is
+        // always legal, rather than hand the later passes an unorderable plan.
+        tracing::error!(groups = k, ordered = sequence.len(), "fusion produced a cyclic group graph; falling back");
+        let mut gof = vec![NONE; n];
+        let mut kinds = Vec::new();
+        for i in 0..n as u32 {
+            if !d.is_view(i) {
+                gof[i as usize] = kinds.len() as u32;
+                kinds.push(GroupKind::of(d.cat[i as usize]));
+            }
+        }
+        return assemble(d, order, gof, kinds, decisions);
+    }
+    let mut group_of: SecondaryMap<NodeId, GroupId> = SecondaryMap::with_capacity(n);
+    for i in 0..n {
+        if gof[i] != NONE {
+            group_of.insert(d.ids[i], GroupId(new_index[gof[i] as usize]));
+        }
+    }
+    let mut seen = vec![NONE; d.tids.len()];
+    let mut groups = Vec::with_capacity(k);
+    for &g in &sequence {
+        let nodes = mem(g);
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        for &i in nodes {
+            for &t in d.inputs(i) {
+                let p = d.prod[t as usize];
+                let inside = p != NONE && gof[p as usize] == g;
+                if !inside && seen[t as usize] != g {
+                    seen[t as usize] = g;
+                    inputs.push(d.tids[t as usize]);
+                }
+            }
+            for &t in d.outputs(i) {
+                let id = d.tids[t as usize];
+                let escapes = graph.tensor(id).role == TensorRole::Output
+                    || graph.consumers(id).iter().any(|&c| gof[order.position[c] as usize] != g);
+                if escapes {
+                    outputs.push(id);
+                }
+            }
+        }
+        let nodes = nodes.iter().map(|&i| d.ids[i as usize]).collect();
+        groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs });
+    }
+    FusionPlan { groups, group_of, decisions, stats: FusionStats::default() }
+}

@@ -1,0 +1,290 @@
+//! A dense, view-transparent picture of the graph for the fusion pass: nodes by topological position, tensors
+//! by dense index, data edges between non-view nodes looking through views, and who reads each tensor's bytes,
+//! all in flat arrays (CSR) so the pass allocates little per node.
+
+use graph_ir::{ComputeGraph, NodeId, Op, OpCategory, TensorId, TensorRole};
+use slotmap::SecondaryMap;
+
+use crate::topo::TopoOrder;
+
+/// Sentinel for "no node", "no tensor", "no group".
+pub(super) const NONE: u32 = u32::MAX;
+
+/// Compressed rows: `row(i)` is `data[off[i]..off[i + 1]]`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Csr {
+    off: Vec<u32>,
+    data: Vec<u32>,
+}
+
+impl Csr {
+    /// Rows filled by `fill(row, push)` in row order.
+    fn build(rows: usize, mut fill: impl FnMut(u32, &mut Vec<u32>)) -> Csr {
+        let mut off = Vec::with_capacity(rows + 1);
+        let mut data = Vec::new();
+        for r in 0..rows as u32 {
+            off.push(data.len() as u32);
+            fill(r, &mut data);
+        }
+        off.push(data.len() as u32);
+        Csr { off, data }
+    }
+
+    /// Rows from `(row, value)` items given in ascending value order: a counting sort, rows stay ascending;
+    /// consecutive repeats of a value in a row are dropped.
+    fn scatter(rows: usize, items: impl Iterator<Item = (u32, u32)> + Clone) -> Csr {
+        let mut count = vec![0u32; rows + 1];
+        for (r, _) in items.clone() {
+            count[r as usize + 1] += 1;
+        }
+        for i in 0..rows {
+            count[i + 1] += count[i];
+        }
+        let mut data = vec![NONE; count[rows] as usize];
+        let mut fill = count.clone();
+        for (r, v) in items {
+            let (start, at) = (count[r as usize] as usize, fill[r as usize] as usize);
+            if at > start && data[at - 1] == v {
+                continue;
+            }
+            data[at] = v;
+            fill[r as usize] += 1;
+        }
+        // Compact the rows that dropped repeats.
+        let mut out = Vec::with_capacity(data.len());
+        let mut off = Vec::with_capacity(rows + 1);
+        for r in 0..rows {
+            off.push(out.len() as u32);
+            out.extend_from_slice(&data[count[r] as usize..fill[r] as usize]);
+        }
+        off.push(out.len() as u32);
+        Csr { off, data: out }
+    }
+
+    pub fn row(&self, i: u32) -> &[u32] {
+        &self.data[self.off[i as usize] as usize..self.off[i as usize + 1] as usize]
+    }
+
+    /// Index of `v` in row `i` as a global position, for rows kept sorted.
+    pub fn find(&self, i: u32, v: u32) -> Option<usize> {
+        let base = self.off[i as usize] as usize;
+        self.row(i).binary_search(&v).ok().map(|k| base + k)
+    }
+
+    pub fn range(&self, i: u32) -> std::ops::Range<usize> {
+        self.off[i as usize] as usize..self.off[i as usize + 1] as usize
+    }
+
+    pub fn total(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// The graph as the fusion pass sees it.
+pub(super) struct Dense<'g> {
+    pub graph: &'g ComputeGraph,
+    /// Node at each topological position.
+    pub ids: Vec<NodeId>,
+    /// Category of each node.
+    pub cat: Vec<OpCategory>,
+    /// Tensor of each dense tensor index.
+    pub tids: Vec<TensorId>,
+    /// Alias root of each tensor (itself unless a view's output).
+    pub root: Vec<u32>,
+    /// Position of the non-view node whose kernel writes each tensor's bytes (`NONE` for sources).
+    pub kprod: Vec<u32>,
+    /// Position of each tensor's producer, views included (`NONE` for sources).
+    pub prod: Vec<u32>,
+    pub bytes: Vec<u64>,
+    pub numel: Vec<u64>,
+    /// Per alias root: the root or a view of it is a graph output.
+    pub output: Vec<bool>,
+    /// Per alias root: non-view nodes reading it or a view of it, ascending.
+    readers: Csr,
+    /// Per node: its inputs (tensor indices, op order) and outputs.
+    ins: Csr,
+    outs: Csr,
+    /// Per node: its inputs sorted and deduplicated (a singleton group's inputs).
+    ins_sorted: Csr,
+    /// Per node: its outputs that are read or are graph outputs (a singleton group's escaping tensors).
+    esc: Csr,
+    /// Per node: non-view consumers through views, ascending. Edge ids are positions in this table.
+    pub succ: Csr,
+}
+
+impl<'g> Dense<'g> {
+    pub fn new(graph: &'g ComputeGraph, order: &TopoOrder) -> Self {
+        let n = order.order.len();
+        let ids = order.order.clone();
+        let nt = graph.num_tensors();
+        let mut tix: SecondaryMap<TensorId, u32> = SecondaryMap::with_capacity(nt);
+        let mut tids = Vec::with_capacity(nt);
+        let mut bytes = Vec::with_capacity(nt);
+        let mut numel = Vec::with_capacity(nt);
+        for (t, tensor) in graph.tensors() {
+            tix.insert(t, tids.len() as u32);
+            tids.push(t);
+            let count = tensor.shape.numel().map_or(u64::MAX, |v| v as u64);
+            numel.push(count);
+            bytes.push(count.saturating_mul(tensor.dtype.size_bytes() as u64));
+        }
+        let mut cat = Vec::with_capacity(n);
+        let (mut in_off, mut in_data) = (Vec::with_capacity(n + 1), Vec::new());
+        let (mut out_off, mut out_data) = (Vec::with_capacity(n + 1), Vec::new());
+        for &id in &ids {
+            let node = graph.node(id);
+            cat.push(node.op.category());
+            in_off.push(in_data.len() as u32);
+            in_data.extend(node.inputs.iter().map(|&t| tix[t]));
+            out_off.push(out_data.len() as u32);
+            out_data.extend(node.outputs.iter().map(|&t| tix[t]));
+        }
+        in_off.push(in_data.len() as u32);
+        out_off.push(out_data.len() as u32);
+        let ins = Csr { off: in_off, data: in_data };
+        let outs = Csr { off: out_off, data: out_data };
+        let mut root: Vec<u32> = (0..nt as u32).collect();
+        let mut kprod = vec![NONE; nt];
+        let mut prod = vec![NONE; nt];
+        for i in 0..n as u32 {
+            for &t in outs.row(i) {
+                prod[t as usize] = i;
+            }
+            if cat[i as usize] == OpCategory::View {
+                if let (Some(&x), Some(&y)) = (ins.row(i).first(), outs.row(i).first()) {
+                    root[y as usize] = root[x as usize];
+                    kprod[y as usize] = kprod[x as usize];
+                }
+            } else {
+                for &t in outs.row(i) {
+                    kprod[t as usize] = i;
+                }
+            }
+        }
+        let mut output = vec![false; nt];
+        for &o in graph.outputs() {
+            output[root[tix[o] as usize] as usize] = true;
+        }
+        // Readers per root and consumers per node, both filled in ascending node order.
+        let reads = || {
+            (0..n as u32)
+                .filter(|&c| cat[c as usize] != OpCategory::View)
+                .flat_map(|c| ins.row(c).iter().map(move |&t| (t, c)))
+        };
+        let readers = Csr::scatter(nt, reads().map(|(t, c)| (root[t as usize], c)));
+        let succ =
+            Csr::scatter(n, reads().filter(|&(t, _)| kprod[t as usize] != NONE).map(|(t, c)| (kprod[t as usize], c)));
+        let ins_sorted = Csr::build(n, |i, v| {
+            let start = v.len();
+            v.extend_from_slice(ins.row(i));
+            v[start..].sort_unstable();
+            let mut w = start;
+            for k in start..v.len() {
+                if k == start || v[k] != v[w - 1] {
+                    v[w] = v[k];
+                    w += 1;
+                }
+            }
+            v.truncate(w);
+        });
+        let esc = Csr::build(n, |i, v| {
+            for &t in outs.row(i) {
+                let r = root[t as usize];
+                if (output[r as usize] || !readers.row(r).is_empty()) && !v.ends_with(&[t]) {
+                    v.push(t);
+                }
+            }
+        });
+        Dense {
+            graph,
+            ids,
+            cat,
+            tids,
+            root,
+            kprod,
+            prod,
+            bytes,
+            numel,
+            output,
+            readers,
+            ins,
+            outs,
+            ins_sorted,
+            esc,
+            succ,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn op(&self, i: u32) -> &'g Op {
+        &self.graph.node(self.ids[i as usize]).op
+    }
+
+    pub fn name(&self, i: u32) -> &'g str {
+        &self.graph.node(self.ids[i as usize]).name
+    }
+
+    pub fn tname(&self, t: u32) -> &'g str {
+        &self.graph.tensor(self.tids[t as usize]).name
+    }
+
+    pub fn dims(&self, t: u32) -> &'g [usize] {
+        self.graph.tensor(self.tids[t as usize]).shape.dims()
+    }
+
+    /// Inputs of node `i` in op order.
+    pub fn inputs(&self, i: u32) -> &[u32] {
+        self.ins.row(i)
+    }
+
+    pub fn outputs(&self, i: u32) -> &[u32] {
+        self.outs.row(i)
+    }
+
+    /// Inputs of node `i`, sorted and deduplicated.
+    pub fn inputs_sorted(&self, i: u32) -> &[u32] {
+        self.ins_sorted.row(i)
+    }
+
+    /// Outputs of node `i` that are read or are graph outputs.
+    pub fn escaping(&self, i: u32) -> &[u32] {
+        self.esc.row(i)
+    }
+
+    pub fn is_view(&self, i: u32) -> bool {
+        self.cat[i as usize] == OpCategory::View
+    }
+
+    /// Readers of `t`'s bytes (non-view nodes reading it or any view of its root), ascending.
+    pub fn readers(&self, t: u32) -> &[u32] {
+        self.readers.row(self.root[t as usize])
+    }
+
+    /// True when `t` or a view of its root is a graph output.
+    pub fn is_output(&self, t: u32) -> bool {
+        self.output[self.root[t as usize] as usize]
+            || self.graph.tensor(self.tids[t as usize]).role == TensorRole::Output
+    }
+
+    /// Consumers of node `i` (edge ids `succ_base(i)..`).
+    pub fn succ(&self, i: u32) -> &[u32] {
+        self.succ.row(i)
+    }
+
+    /// Edge id of `p -> c`.
+    pub fn edge(&self, p: u32, c: u32) -> Option<usize> {
+        self.succ.find(p, c)
+    }
+
+    pub fn num_edges(&self) -> usize {
+        self.succ.total()
+    }
+
+    /// Edge ids of node `p`'s consumers, parallel to `succ(p)`.
+    pub fn edges(&self, p: u32) -> std::ops::Range<usize> {
+        self.succ.range(p)
+    }
+}

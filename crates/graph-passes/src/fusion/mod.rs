@@ -1,0 +1,428 @@
+//! The fusion pass: partitions the non-view nodes into groups, each of which becomes one kernel launch.
+//!
+//! # Kernel classes (TVM's op patterns, XLA's fusion kinds)
+//! - **Loop kernels** (`Elementwise`, `DataMovement`): elementwise ops with any broadcasting, views, and (when
+//!   `FusionCaps::injective_fusion`) data-movement ops, evaluated one thread per output element; a producer is
+//!   inlined into its consumers at the index they read (XLA's loop fusion, TVM's injective class). Every tensor
+//!   the kernel writes has the same element count (the iteration space).
+//! - **Anchor kernels**: one MatMul/Gemm/Conv/pool with an elementwise epilogue (bias, BatchNormalization's
+//!   scale-shift, activation, residual add, ...). Every anchor operand comes from outside the kernel (no prologue
+//!   fusion) and every tensor the kernel writes has the anchor's element count. Elementwise "side" ops whose value
+//!   only feeds the epilogue (a broadcast operand computed on the fly) may join.
+//! - **Row kernels** (`Reduction`): reductions that share one domain, with elementwise producers (XLA input
+//!   fusion) and consumers. The domain of a reduction is `(S, A)`: its input shape `S` and reduced axes `A`,
+//!   compared with leading extent-1 axes stripped (`[1,128,768]` and `[128,768]` are one shape). Every value
+//!   computed in the kernel must be a full row value (shape `S`) or a reduced value (`S` with `A` set to 1, or
+//!   removed); an edge never crosses from full to reduced except through a reduction, and a full-shaped op reads a
+//!   reduced value only in its kept-dims form (so numpy broadcasting lines up with the rows). One block per row
+//!   runs one pass per reduction: the decomposed Softmax (ReduceMax, Sub, Exp, ReduceSum, Div) and the decomposed
+//!   LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) each become one kernel.
+//! - Copies and custom kernels stay alone; nothing fuses across them.
+//!
+//! Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are transparent while deciding. At the end a view joins
+//! the group that produces its bytes when one of its (view-transparent) consumers is in that group, so a kernel
+//! never reads through an outside alias what it writes itself; other views stay outside and alias.
+//!
+//! # Algorithm
+//! 1. **Vertical, single root** (XLA's producer-into-consumer fusion, TVM's dominator grouping): nodes are visited
+//!    in reverse topological order; a producer joins the group of its consumers when all of them (through views)
+//!    are in one group and the merge is legal. Diamonds (Gelu's `x * f(x)`, Softmax's two uses of its input)
+//!    fall out naturally, because a producer is decided only after all its consumers. Joins in this phase never
+//!    create a cycle: a group holds only nodes after the producer, and the producer's only successors are in it.
+//! 2. **Multi-output** (when `FusionCaps::multi_output`): candidate pairs are the producer/consumer group edges;
+//!    each is scored, then merged best first when legal, in rounds until nothing changes. A merged kernel may
+//!    write an intermediate that other kernels still read (the residual input of a block).
+//! 3. **Horizontal** (`FusionOptions::horizontal`, off by default): groups reading the same tensor that do not
+//!    depend on each other and are launch-bound (they move fewer bytes than one launch overhead is worth).
+//!
+//! Legality of a merge, checked in this order: never across a custom kernel or a copy; kernel-class rules above;
+//! the caps (`FusionCaps`); the exact cycle check; the concurrency check. Every candidate that is not merged gets
+//! a [`RejectReason`], listed by [`FusionPlan::explain`].
+//!
+//! **Cycle check.** Phases 2 and 3 keep a topological order of the group DAG (dynamic, after Pearce and Kelly):
+//! merging `X` (ordered first) and `Y` creates a cycle exactly when a group ordered strictly between them is
+//! reachable from `X` and reaches `Y`. A forward search from `X` (bounded to groups ordered before `Y`) and a
+//! backward search from `Y` (bounded to groups after `X`) run alternately; when either side is empty the merge is
+//! safe and the merged group takes `X`'s or `Y`'s place, otherwise the groups found are reordered locally. The
+//! check is exact; a merge whose search exceeds its work budget (2048 steps, and 32 per node and edge of the graph
+//! for the whole pass, with a floor of 256 per merge) is rejected conservatively (`CycleCheckBudget`) rather
+//! than let a graph with long edges make the pass quadratic.
+//!
+//! # Score (profitability)
+//! `score = bytes saved + launches saved x launch_bytes`, where bytes saved is `bytes(X) + bytes(Y) - bytes(X+Y)`
+//! (a kernel's bytes: its distinct inputs read plus the tensors it writes) and `launch_bytes` is what the device
+//! moves during one launch overhead (overhead x bandwidth), so launches and traffic share one unit, as in
+//! Inductor's `score_fusion`. Candidates of phases 2 and 3 are tried best score first.
+//!
+//! **Lost concurrency.** With more than one stream, the unfused node DAG is timed (roofline plus launch overhead
+//! per node, unlimited streams): earliest start, tail to the sinks, critical path `L`. A merged kernel starts when
+//! all its inputs are ready and delays everything after it; the longest path through it is `ready + time +
+//! tail`. A merge is rejected (`LosesConcurrency`) when that path exceeds `L` by more than one launch overhead
+//! (the launch it removes is worth that much even off the critical path) and exceeds the paths through the two
+//! parts. With one stream nothing can run concurrently and the check is off.
+//!
+//! # Decisions
+//! Every data edge between two kernels (producer and consumer non-view nodes, looking through views) gets a
+//! [`FusionDecision`] with its reason code and specifics, from the phase that decided it (a later phase that
+//! reaches the same verdict keeps the earlier record); so does every horizontal candidate, fused or not. Fused
+//! edges are the groups themselves. [`FusionPlan::explain`] prints both; [`FusionPlan::report`] is its
+//! serialisable form.
+//!
+//! # Complexity
+//! The graph is first flattened into arrays (nodes by position, tensors by dense index, consumers through views
+//! in compressed rows). Phase 1 is O((N + E) x k), k the inputs and outputs of a group (bounded by the caps);
+//! groups merge small-into-large, and a group that never merged allocates nothing. Phases 2 and 3 sort O(E)
+//! candidates per round (round 1 tries every pair, later rounds only pairs whose groups changed); the cycle
+//! checks cost their budget at most. Rejection texts are formatted once per verdict, at the end.
+
+mod build;
+mod dag;
+mod dense;
+mod explain;
+mod model;
+mod rules;
+
+#[cfg(test)]
+mod tests;
+
+use graph_ir::{ComputeGraph, NodeId, OpCategory, TensorId, TensorRole};
+use serde::{Deserialize, Serialize};
+use slotmap::SecondaryMap;
+
+use crate::device::DeviceProfile;
+use crate::ids::GroupId;
+use crate::topo::TopoOrder;
+
+pub use explain::{DecisionReport, FusionReport, GroupReport};
+
+/// What a backend can build: the plan never asks for a kernel outside these limits. A single node is always
+/// buildable (every backend runs every op alone); the caps bound what fusion adds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusionCaps {
+    /// MatMul accepts an elementwise epilogue.
+    pub matmul_epilogue: bool,
+    /// Gemm accepts an elementwise epilogue.
+    pub gemm_epilogue: bool,
+    /// Conv accepts an elementwise epilogue.
+    pub conv_epilogue: bool,
+    /// MaxPool/AveragePool accept an elementwise epilogue.
+    pub pool_epilogue: bool,
+    /// Reductions accept elementwise producers (input fusion) and epilogues, and several reductions over one
+    /// domain may share a kernel.
+    pub reduction_fusion: bool,
+    /// A kernel may write tensors produced by more than one of its ops (an intermediate that other kernels
+    /// read, or several results).
+    pub multi_output: bool,
+    /// Data-movement ops (Transpose, Slice, Concat, Gather, Expand, Pad) may join loop kernels, which then index
+    /// their operands through them (TVM's injective fusion). Split never fuses.
+    #[serde(default = "default_true")]
+    pub injective_fusion: bool,
+    /// Most distinct external inputs of one kernel.
+    pub max_inputs: usize,
+    /// Most ops (non-view nodes) in one kernel.
+    pub max_ops: usize,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl FusionCaps {
+    /// Everything allowed, with generous limits (the simulator can run any program).
+    pub fn all() -> Self {
+        FusionCaps {
+            matmul_epilogue: true,
+            gemm_epilogue: true,
+            conv_epilogue: true,
+            pool_epilogue: true,
+            reduction_fusion: true,
+            multi_output: true,
+            injective_fusion: true,
+            max_inputs: 64,
+            max_ops: 256,
+        }
+    }
+
+    /// Only vertical elementwise chains with single-output kernels (a minimal backend).
+    pub fn elementwise_only() -> Self {
+        FusionCaps {
+            matmul_epilogue: false,
+            gemm_epilogue: false,
+            conv_epilogue: false,
+            pool_epilogue: false,
+            reduction_fusion: false,
+            multi_output: false,
+            injective_fusion: false,
+            max_inputs: 64,
+            max_ops: 256,
+        }
+    }
+}
+
+impl Default for FusionCaps {
+    fn default() -> Self {
+        FusionCaps::all()
+    }
+}
+
+/// Options of the fusion pass.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusionOptions {
+    /// Fuse at all (off: one group per non-view node).
+    pub enabled: bool,
+    /// Fuse small independent siblings that read the same input.
+    pub horizontal: bool,
+    /// The target backend's capabilities.
+    pub caps: FusionCaps,
+}
+
+impl Default for FusionOptions {
+    fn default() -> Self {
+        FusionOptions { enabled: true, horizontal: false, caps: FusionCaps::all() }
+    }
+}
+
+/// What the plan will run on, as far as profitability is concerned: the pipeline driver fills it from its own
+/// options (`PlanOptions::max_streams`, `PlanOptions::device`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FusionTarget {
+    /// Streams the plan may use; with 1, fusion cannot lose concurrency.
+    pub streams: usize,
+    /// The device whose roofline and launch overhead the score and the concurrency check use.
+    pub device: DeviceProfile,
+}
+
+impl Default for FusionTarget {
+    fn default() -> Self {
+        FusionTarget { streams: 1, device: DeviceProfile::default() }
+    }
+}
+
+/// The shape of a group's kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum GroupKind {
+    /// Only elementwise ops (and views): one thread per output element.
+    Elementwise,
+    /// An anchor (MatMul, Gemm, Conv, pool) with an optional elementwise epilogue (no prologue).
+    Anchor,
+    /// Reductions over one domain with optional elementwise producers and consumers: one block per row.
+    Reduction,
+    /// A loop kernel with data-movement ops (and elementwise ops and views): one thread per output element,
+    /// operands indexed through the moves. Alone: one data-movement op.
+    DataMovement,
+    /// A host <-> device copy.
+    Copy,
+    /// A user kernel.
+    Custom,
+}
+
+impl GroupKind {
+    /// The kind of a group founded by a node of `cat`.
+    pub fn of(cat: OpCategory) -> GroupKind {
+        match cat {
+            OpCategory::Elementwise | OpCategory::View => GroupKind::Elementwise,
+            OpCategory::Anchor => GroupKind::Anchor,
+            OpCategory::Reduction => GroupKind::Reduction,
+            OpCategory::DataMovement => GroupKind::DataMovement,
+            OpCategory::Copy => GroupKind::Copy,
+            OpCategory::Custom => GroupKind::Custom,
+        }
+    }
+
+    /// Lowercase name, as `explain` prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupKind::Elementwise => "elementwise",
+            GroupKind::Anchor => "anchor",
+            GroupKind::Reduction => "reduction",
+            GroupKind::DataMovement => "data-movement",
+            GroupKind::Copy => "copy",
+            GroupKind::Custom => "custom",
+        }
+    }
+}
+
+/// One fused group: the nodes of one kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusedGroup {
+    /// Nodes in topological order (views fused inside included).
+    pub nodes: Vec<NodeId>,
+    /// The kernel's shape.
+    pub kind: GroupKind,
+    /// Tensors read from outside the group, in first-use order.
+    pub inputs: Vec<TensorId>,
+    /// Tensors the group writes that outlive it (read by another group or a graph output), in production order.
+    pub outputs: Vec<TensorId>,
+}
+
+/// Why two nodes (or two sibling groups) were not fused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum RejectReason {
+    /// Fusion is switched off.
+    Disabled,
+    /// Fusing would create a cycle between groups.
+    WouldCycle,
+    /// The producer's result has consumers in other kernels (and multi-output fusion did not apply).
+    MultiConsumer,
+    /// The producer's result is a graph output (and multi-output fusion did not apply).
+    GraphOutput,
+    /// The backend's caps forbid the combination or the size.
+    CapsExceeded,
+    /// One side is a custom kernel.
+    AcrossCustom,
+    /// One side is a host/device copy.
+    AcrossCopy,
+    /// The pair's ops do not form a kernel class (e.g. a prologue into an anchor, two anchors, a reduction over
+    /// another domain, outputs of different sizes).
+    Pattern,
+    /// Fusing would serialise work that could run concurrently and lengthen the critical path.
+    LosesConcurrency,
+    /// The exact cycle check hit its per-merge work budget; not fused, conservatively.
+    CycleCheckBudget,
+    /// Horizontal candidates only: a sibling is not launch-bound (it moves more bytes than a launch is worth).
+    NotSmall,
+}
+
+impl RejectReason {
+    /// Every reason, in a stable order.
+    pub const ALL: [RejectReason; 11] = [
+        RejectReason::Disabled,
+        RejectReason::WouldCycle,
+        RejectReason::MultiConsumer,
+        RejectReason::GraphOutput,
+        RejectReason::CapsExceeded,
+        RejectReason::AcrossCustom,
+        RejectReason::AcrossCopy,
+        RejectReason::Pattern,
+        RejectReason::LosesConcurrency,
+        RejectReason::CycleCheckBudget,
+        RejectReason::NotSmall,
+    ];
+
+    /// The reason's code, as `explain` prints it.
+    pub fn code(self) -> &'static str {
+        match self {
+            RejectReason::Disabled => "Disabled",
+            RejectReason::WouldCycle => "WouldCycle",
+            RejectReason::MultiConsumer => "MultiConsumer",
+            RejectReason::GraphOutput => "GraphOutput",
+            RejectReason::CapsExceeded => "CapsExceeded",
+            RejectReason::AcrossCustom => "AcrossCustom",
+            RejectReason::AcrossCopy => "AcrossCopy",
+            RejectReason::Pattern => "Pattern",
+            RejectReason::LosesConcurrency => "LosesConcurrency",
+            RejectReason::CycleCheckBudget => "CycleCheckBudget",
+            RejectReason::NotSmall => "NotSmall",
+        }
+    }
+}
+
+/// The phase of the pass that made a decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FusionPhase {
+    /// Phase 1: a producer into the single group of its consumers.
+    Vertical,
+    /// Phase 2: a producer group into a consumer group, the merged kernel possibly writing several tensors.
+    MultiOutput,
+    /// Phase 3: independent siblings that read the same tensor.
+    Horizontal,
+}
+
+impl FusionPhase {
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FusionPhase::Vertical => "vertical",
+            FusionPhase::MultiOutput => "multi-output",
+            FusionPhase::Horizontal => "horizontal",
+        }
+    }
+}
+
+/// One fusion decision between a producer and a consumer node (for horizontal candidates: two siblings).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusionDecision {
+    /// Producer node name (horizontal: the first sibling's first node).
+    pub producer: String,
+    /// Consumer node name (horizontal: the second sibling's first node).
+    pub consumer: String,
+    /// `None` when fused; otherwise why not.
+    pub rejected: Option<RejectReason>,
+    /// The phase that made the final call.
+    pub phase: FusionPhase,
+    /// The tensor on the edge (horizontal: the shared input).
+    pub tensor: String,
+    /// The score of the merge when it was evaluated (bytes; see the module docs), 0 when never scored.
+    pub score: i64,
+    /// Specifics: which cap, which rule, which path.
+    pub detail: String,
+}
+
+/// Counters of one run of the pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FusionStats {
+    /// Nodes in the graph.
+    pub nodes: usize,
+    /// View nodes.
+    pub views: usize,
+    /// Views that joined a group.
+    pub views_absorbed: usize,
+    /// Groups (kernel launches, copies included).
+    pub groups: usize,
+    /// Merges made by phase 1.
+    pub merges_vertical: usize,
+    /// Merges made by phase 2.
+    pub merges_multi_output: usize,
+    /// Merges made by phase 3.
+    pub merges_horizontal: usize,
+    /// Rounds phase 2 ran.
+    pub multi_output_rounds: usize,
+    /// Groups visited by cycle checks and reorders, in total (the pass's dominant cost beyond O(N + E)).
+    pub dag_visits: u64,
+    /// Most groups visited by one cycle check and reorder.
+    pub dag_visits_max: u64,
+}
+
+/// The result of the fusion pass.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FusionPlan {
+    /// Groups in execution (topological) order; `GroupId(i)` is `groups[i]`.
+    pub groups: Vec<FusedGroup>,
+    /// The group of every node that runs in a kernel (views outside groups are absent).
+    pub group_of: SecondaryMap<NodeId, GroupId>,
+    /// Every data edge between non-view nodes (looking through views) that runs between two kernels, with the
+    /// reason it was not fused, in topological order of the producer; then every horizontal candidate, fused or
+    /// not. Edges inside a group are the groups themselves.
+    pub decisions: Vec<FusionDecision>,
+    /// Counters.
+    #[serde(default)]
+    pub stats: FusionStats,
+}
+
+impl FusionPlan {
+    /// True when `t` needs memory: it is read or written outside the group that produces it, or is a source.
+    pub fn is_materialized(&self, graph: &ComputeGraph, t: TensorId) -> bool {
+        let Some(p) = graph.producer(t) else { return true };
+        let Some(&g) = self.group_of.get(p) else { return true };
+        if graph.tensor(t).role == TensorRole::Output {
+            return true;
+        }
+        graph.consumers(t).iter().any(|&c| self.group_of.get(c) != Some(&g))
+    }
+
+    /// The decisions that rejected a candidate.
+    pub fn rejections(&self) -> impl Iterator<Item = &FusionDecision> + '_ {
+        self.decisions.iter().filter(|d| d.rejected.is_some())
+    }
+}
+
+/// Run the fusion pass for one stream on the default device (see [`analyse_for`]).
+pub fn analyse(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions) -> FusionPlan {
+    analyse_for(graph, order, opts, &FusionTarget::default())
+}
+
+/// Run the fusion pass for `target` (stream count and device, used by the score and the concurrency check).
+pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &FusionTarget) -> FusionPlan {
+    let _span = tracing::debug_span!("fusion").entered();
+    build::run(graph, order, opts, target)
+}

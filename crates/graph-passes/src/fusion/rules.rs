@@ -1,0 +1,685 @@
+//! Groups under construction and the legality of merging two of them: kernel-class rules, reduction domains,
+//! and the caps. Rejections carry a typed `Why`, turned into text only for the decisions the plan keeps.
+
+use graph_ir::{Op, OpCategory};
+use std::collections::HashMap;
+
+use super::dense::{Dense, NONE};
+use super::{FusionCaps, GroupKind, RejectReason};
+
+/// The specifics of a rejection (node and tensor positions), formatted by `text` when reported.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Why {
+    Disabled,
+    Custom,
+    Copy,
+    Opaque { node: u32 },
+    TwoAnchors { a: u32, b: u32 },
+    OtherRows { a: u32, b: u32 },
+    AnchorReduction { anchor: u32 },
+    AnchorMove { anchor: u32 },
+    ReductionMove,
+    CapOff(&'static str),
+    Prologue { p: u32, anchor: u32 },
+    EpilogueSize { t: u32, anchor: u32 },
+    LoopSizes { a: u32, b: u32 },
+    NotRowValue { t: u32 },
+    RowEdge { c: u32, t: u32 },
+    NotRowOp { node: u32 },
+    MaxOps { ops: usize, cap: usize },
+    MaxInputs { inputs: usize, cap: usize },
+    MultiOutputOff,
+    MultiConsumer { p: u32, kernels: usize, example: u32 },
+    GraphOutput { p: u32 },
+    Cycle { from: u32, via: u32, to: u32 },
+    Budget { work: u64 },
+    Concurrency { path: f64, critical: f64 },
+    NotSmall { node: u32, bytes: u64, small: u64 },
+    HorizontalAnchor { node: u32 },
+    Dependent,
+}
+
+impl Why {
+    pub fn text(&self, d: &Dense<'_>) -> String {
+        let n = |i: &u32| d.name(*i);
+        let t = |i: &u32| d.tname(*i);
+        match self {
+            Why::Disabled => "fusion is off".into(),
+            Why::Custom => "a custom kernel never fuses".into(),
+            Why::Copy => "a host/device copy never fuses".into(),
+            Why::Opaque { node } => format!("'{}' (a multi-output op) runs alone", n(node)),
+            Why::TwoAnchors { a, b } => format!("two anchors ('{}', '{}') in one kernel", n(a), n(b)),
+            Why::OtherRows { a, b } => {
+                format!("reductions over different rows or axes ('{}' and '{}')", n(a), n(b))
+            }
+            Why::AnchorReduction { anchor } => format!("an anchor ('{}') and a reduction in one kernel", n(anchor)),
+            Why::AnchorMove { anchor } => format!("a data-movement op in the epilogue of '{}'", n(anchor)),
+            Why::ReductionMove => "a data-movement op in a reduction kernel".into(),
+            Why::CapOff(which) => format!("caps.{which} is off"),
+            Why::Prologue { p, anchor } => {
+                format!("'{}' would compute an operand of anchor '{}' (no prologue fusion)", n(p), n(anchor))
+            }
+            Why::EpilogueSize { t: x, anchor } => format!(
+                "'{}' ({} elements) leaves the epilogue of '{}' ({} elements)",
+                t(x),
+                d.numel[*x as usize],
+                n(anchor),
+                d.outputs(*anchor).first().map_or(0, |&o| d.numel[o as usize])
+            ),
+            Why::LoopSizes { a, b } => format!(
+                "loop kernel outputs of different sizes: '{}' ({}) and '{}' ({})",
+                t(a),
+                d.numel[*a as usize],
+                t(b),
+                d.numel[*b as usize]
+            ),
+            Why::NotRowValue { t: x } => {
+                format!("'{}' {:?} is not a row value of the kernel's reduction", t(x), d.dims(*x))
+            }
+            Why::RowEdge { c, t: x } => format!(
+                "'{}' reads '{}' {:?} in a way that does not follow the reduction's rows",
+                n(c),
+                t(x),
+                d.dims(*x)
+            ),
+            Why::NotRowOp { node } => format!("'{}' cannot run in a row kernel", n(node)),
+            Why::MaxOps { ops, cap } => format!("{ops} ops exceed caps.max_ops = {cap}"),
+            Why::MaxInputs { inputs, cap } => format!("{inputs} inputs exceed caps.max_inputs = {cap}"),
+            Why::MultiOutputOff => "the kernel would write several results; caps.multi_output is off".into(),
+            Why::MultiConsumer { p, kernels, example } => {
+                format!("'{}' is read by {kernels} kernels (e.g. by '{}')", n(p), n(example))
+            }
+            Why::GraphOutput { p } => format!("'{}' writes a graph output", n(p)),
+            Why::Cycle { from, via, to } => {
+                format!("a path from '{}' through '{}' reaches '{}'", n(from), n(via), n(to))
+            }
+            Why::Budget { work } => format!("the cycle check stopped after {work} steps"),
+            Why::Concurrency { path, critical } => format!(
+                "the path through the merged kernel ({path:.2} us) would exceed the critical path ({critical:.2} us)"
+            ),
+            Why::NotSmall { node, bytes, small } => {
+                format!("'{}' moves {bytes} bytes, more than one launch is worth ({small})", n(node))
+            }
+            Why::HorizontalAnchor { node } => {
+                format!("'{}' is an anchor (horizontal fusion is for loop and row kernels)", n(node))
+            }
+            Why::Dependent => "one sibling reads the other".into(),
+        }
+    }
+}
+
+/// A rejection with its specifics.
+pub(super) type Reject = (RejectReason, Why);
+
+fn reject<T>(reason: RejectReason, why: Why) -> Result<T, Reject> {
+    Err((reason, why))
+}
+
+/// Shape with leading extent-1 axes stripped: numpy broadcasting and row-major layout do not see them.
+fn canon(d: &[usize]) -> &[usize] {
+    let k = d.iter().take_while(|&&x| x == 1).count();
+    &d[k..]
+}
+
+/// How a value lines up with the rows of a reduction domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Class {
+    /// The shape of the reduction's input: one value per element of a row.
+    Full,
+    /// The reduced shape with kept (extent-1) axes: one value per row, broadcastable against full values.
+    Keep,
+    /// The reduced shape with the axes removed: one value per row.
+    Drop,
+}
+
+impl Class {
+    fn reduced(self) -> bool {
+        self != Class::Full
+    }
+}
+
+/// A reduction domain in canonical form (leading extent-1 axes stripped).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Domain {
+    /// The reduction's input shape.
+    pub full: Vec<usize>,
+    /// Reduced axes of `full`, ascending (extent-1 axes dropped: reducing them is a no-op).
+    pub axes: Vec<usize>,
+    keep: Vec<usize>,
+    drop: Vec<usize>,
+}
+
+impl Domain {
+    /// The domain of a reduction op over an input of shape `dims`; `None` when the op is not a reduction or its
+    /// axes are out of range (a validated graph has none).
+    fn of(op: &Op, dims: &[usize]) -> Option<Domain> {
+        let rank = dims.len() as i64;
+        let norm = |a: i64| -> Option<usize> {
+            let v = if a < 0 { a + rank } else { a };
+            (0..rank.max(1)).contains(&v).then_some(v as usize)
+        };
+        let mut axes: Vec<usize> = match op {
+            Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } | Op::ReduceMax { axes, .. } => match axes {
+                None => (0..dims.len()).collect(),
+                Some(v) => v.iter().map(|&a| norm(a)).collect::<Option<Vec<_>>>()?,
+            },
+            Op::Softmax { axis } => vec![norm(*axis)?],
+            Op::LayerNormalization { axis, .. } => (norm(*axis)?..dims.len()).collect(),
+            Op::GlobalAveragePool => (2.min(dims.len())..dims.len()).collect(),
+            _ => return None,
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        if axes.iter().any(|&a| a >= dims.len()) {
+            return None;
+        }
+        let k = dims.len() - canon(dims).len();
+        let full = dims[k..].to_vec();
+        let axes: Vec<usize> = axes.into_iter().filter(|&a| a >= k && dims[a] != 1).map(|a| a - k).collect();
+        let mut keep = full.clone();
+        for &a in &axes {
+            keep[a] = 1;
+        }
+        let drop: Vec<usize> = full.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+        Some(Domain { keep: canon(&keep).to_vec(), drop: canon(&drop).to_vec(), full, axes })
+    }
+
+    /// The class of a value of shape `dims`, `None` when it is not a row value of this domain.
+    pub fn class(&self, dims: &[usize]) -> Option<Class> {
+        let c = canon(dims);
+        if c == self.full.as_slice() {
+            Some(Class::Full)
+        } else if c == self.keep.as_slice() {
+            Some(Class::Keep)
+        } else if c == self.drop.as_slice() {
+            Some(Class::Drop)
+        } else {
+            None
+        }
+    }
+}
+
+/// A group under construction. A group that never merged is implicit: its member, inputs and escaping
+/// tensors are its node's (`members` and the lists stay empty, no allocation).
+#[derive(Clone, Debug)]
+pub(super) struct Group {
+    pub alive: bool,
+    pub kind: GroupKind,
+    /// Position of the group's anchor, `NONE` if none.
+    pub anchor: u32,
+    /// Interned reduction domain, `NONE` if the group has no reduction.
+    pub domain: u32,
+    /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
+    pub opaque: bool,
+    /// Has merged: the lists below are authoritative.
+    pub merged: bool,
+    /// Non-view member positions (merged groups).
+    members: Vec<u32>,
+    /// Tensors the members read whose bytes another kernel (or no kernel) writes; sorted, distinct.
+    inputs: Vec<u32>,
+    /// Tensors members write that are read outside the group or are graph outputs; sorted, distinct.
+    escaping: Vec<u32>,
+    pub flops: u64,
+    /// Lowest and highest member positions.
+    pub lo: u32,
+    pub hi: u32,
+    /// Round of phase 2 in which the group last changed.
+    pub epoch: u32,
+}
+
+/// The merged figures of two groups, before deciding.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Preview {
+    pub inputs: Vec<u32>,
+    pub escaping: Vec<u32>,
+    /// Distinct members whose results escape.
+    pub writers: usize,
+}
+
+/// What a legal merge becomes.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Merged {
+    pub kind: GroupKind,
+    pub anchor: u32,
+    pub domain: u32,
+}
+
+/// Every group, the owner of every node, and the interned reduction domains.
+pub(super) struct Groups {
+    /// Groups, initially one per node position (views: dead placeholders).
+    pub g: Vec<Group>,
+    /// Group of each non-view node (`NONE` for views).
+    pub owner: Vec<u32>,
+    /// For a dead group: the group it merged into (`NONE` if it never lived).
+    merged_into: Vec<u32>,
+    pub domains: Vec<Domain>,
+    /// Domain of each reduction node (`NONE` otherwise).
+    node_domain: Vec<u32>,
+}
+
+fn union_into(out: &mut Vec<u32>, a: &[u32], b: &[u32]) {
+    out.clear();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let v = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                x
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                i += 1;
+                x
+            }
+            (Some(_), Some(&y)) => {
+                j += 1;
+                y
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (None, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (None, None) => break,
+        };
+        out.push(v);
+    }
+}
+
+impl Groups {
+    /// One singleton group per non-view node; `flops` per node (zeros when the model does not need them).
+    pub fn new(d: &Dense<'_>, flops: &[u64]) -> Groups {
+        let n = d.len();
+        let mut domains: Vec<Domain> = Vec::new();
+        let mut index: HashMap<Domain, u32> = HashMap::new();
+        let mut node_domain = vec![NONE; n];
+        let mut g = Vec::with_capacity(n);
+        let mut owner = vec![NONE; n];
+        for i in 0..n as u32 {
+            let cat = d.cat[i as usize];
+            let view = cat == OpCategory::View;
+            let mut opaque = d.outputs(i).len() != 1;
+            if cat == OpCategory::Reduction {
+                let dom = d.inputs(i).first().and_then(|&x| Domain::of(d.op(i), d.dims(x)));
+                match dom {
+                    Some(dom) => {
+                        let next = domains.len() as u32;
+                        let id = *index.entry(dom.clone()).or_insert(next);
+                        if id == next {
+                            domains.push(dom);
+                        }
+                        node_domain[i as usize] = id;
+                    }
+                    None => opaque = true,
+                }
+            }
+            if !view {
+                owner[i as usize] = i;
+            }
+            g.push(Group {
+                alive: !view,
+                kind: GroupKind::of(cat),
+                anchor: if cat == OpCategory::Anchor { i } else { NONE },
+                domain: node_domain[i as usize],
+                opaque,
+                merged: false,
+                members: Vec::new(),
+                inputs: Vec::new(),
+                escaping: Vec::new(),
+                flops: flops.get(i as usize).copied().unwrap_or(0),
+                lo: i,
+                hi: i,
+                epoch: 0,
+            });
+        }
+        Groups { g, owner, merged_into: vec![NONE; n], domains, node_domain }
+    }
+
+    pub fn members(&self, x: u32) -> &[u32] {
+        let g = &self.g[x as usize];
+        if g.merged {
+            &g.members
+        } else {
+            std::slice::from_ref(&g.lo)
+        }
+    }
+
+    pub fn size(&self, x: u32) -> usize {
+        self.members(x).len()
+    }
+
+    pub fn inputs<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
+        let g = &self.g[x as usize];
+        if g.merged {
+            &g.inputs
+        } else {
+            d.inputs_sorted(g.lo)
+        }
+    }
+
+    pub fn escaping<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
+        let g = &self.g[x as usize];
+        if g.merged {
+            &g.escaping
+        } else {
+            d.escaping(g.lo)
+        }
+    }
+
+    /// The live group a possibly dead group id now belongs to.
+    pub fn resolve(&self, mut x: u32) -> u32 {
+        while !self.g[x as usize].alive {
+            let next = self.merged_into[x as usize];
+            if next == NONE {
+                return x;
+            }
+            x = next;
+        }
+        x
+    }
+
+    fn inside(&self, a: u32, b: u32) -> impl Fn(u32) -> bool + '_ {
+        move |n: u32| {
+            let o = self.owner[n as usize];
+            o == a || o == b
+        }
+    }
+
+    /// The merged figures of groups `a` and `b`.
+    pub fn preview(&self, d: &Dense<'_>, a: u32, b: u32) -> Preview {
+        let inside = self.inside(a, b);
+        let mut inputs = Vec::new();
+        union_into(&mut inputs, self.inputs(d, a), self.inputs(d, b));
+        inputs.retain(|&t| {
+            let p = d.kprod[t as usize];
+            p == NONE || !inside(p)
+        });
+        let mut escaping = Vec::new();
+        union_into(&mut escaping, self.escaping(d, a), self.escaping(d, b));
+        escaping.retain(|&t| d.is_output(t) || d.readers(t).iter().any(|&c| !inside(c)));
+        let mut writers = 0;
+        let mut last = NONE;
+        let mut ws: Vec<u32> = escaping.iter().map(|&t| d.kprod[t as usize]).collect();
+        ws.sort_unstable();
+        for w in ws {
+            if w != last {
+                writers += 1;
+                last = w;
+            }
+        }
+        Preview { inputs, escaping, writers }
+    }
+
+    /// Bytes saved by merging `a` and `b`: inputs both read, and tensors from one to the other that are no
+    /// longer read (and, when nothing outside reads them, no longer written). Cheap: no merged lists are built.
+    pub fn bytes_saved(&self, d: &Dense<'_>, a: u32, b: u32) -> u64 {
+        let inside = self.inside(a, b);
+        let (ia, ib) = (self.inputs(d, a), self.inputs(d, b));
+        let mut saved = 0u64;
+        let (mut i, mut j) = (0, 0);
+        while i < ia.len() && j < ib.len() {
+            match ia[i].cmp(&ib[j]) {
+                std::cmp::Ordering::Equal => {
+                    let t = ia[i];
+                    // Read once instead of twice, unless it is now produced inside (counted below).
+                    if !(d.kprod[t as usize] != NONE && inside(d.kprod[t as usize])) {
+                        saved = saved.saturating_add(d.bytes[t as usize]);
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+            }
+        }
+        for (x, list) in [(b, ia), (a, ib)] {
+            let from_x = |t: &u32| {
+                let p = d.kprod[*t as usize];
+                p != NONE && self.owner[p as usize] == x
+            };
+            for (k, t) in list.iter().enumerate().filter(|(_, t)| from_x(t)) {
+                saved = saved.saturating_add(d.bytes[*t as usize]);
+                // The write is saved once per root, when nothing outside reads it any more.
+                let r = d.root[*t as usize];
+                let first = !list[..k].iter().any(|u| from_x(u) && d.root[*u as usize] == r);
+                if first && !d.is_output(r) && d.readers(r).iter().all(|&c| inside(c)) {
+                    saved = saved.saturating_add(d.bytes[r as usize]);
+                }
+            }
+        }
+        saved
+    }
+
+    /// Bytes group `x` moves: its inputs read plus what it writes.
+    pub fn bytes(&self, d: &Dense<'_>, x: u32) -> u64 {
+        self.inputs(d, x).iter().chain(self.escaping(d, x)).map(|&t| d.bytes[t as usize]).fold(0, u64::saturating_add)
+    }
+
+    /// Merge `a` and `b` (the larger absorbs the smaller); returns `(kept, absorbed)`.
+    pub fn merge(&mut self, a: u32, b: u32, pv: Preview, m: Merged, epoch: u32) -> (u32, u32) {
+        let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
+        let g_gone = &mut self.g[gone as usize];
+        let (lo, hi, flops) = (g_gone.lo, g_gone.hi, g_gone.flops);
+        let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
+        g_gone.alive = false;
+        g_gone.inputs = Vec::new();
+        g_gone.escaping = Vec::new();
+        for &n in &moved {
+            self.owner[n as usize] = keep;
+        }
+        let k = &mut self.g[keep as usize];
+        if !k.merged {
+            k.members = Vec::with_capacity(1 + moved.len());
+            k.members.push(k.lo);
+            k.merged = true;
+        }
+        k.members.extend_from_slice(&moved);
+        k.kind = m.kind;
+        k.anchor = m.anchor;
+        k.domain = m.domain;
+        k.flops = k.flops.saturating_add(flops);
+        k.inputs = pv.inputs;
+        k.escaping = pv.escaping;
+        k.lo = k.lo.min(lo);
+        k.hi = k.hi.max(hi);
+        k.epoch = epoch;
+        self.merged_into[gone as usize] = keep;
+        (keep, gone)
+    }
+
+    /// The part of legality that needs no merged lists: custom and copy kernels, kernel classes, class caps, the
+    /// anchor's operands, and the op count.
+    pub fn structural(&self, d: &Dense<'_>, caps: &FusionCaps, a: u32, b: u32) -> Result<Merged, Reject> {
+        let (ga, gb) = (&self.g[a as usize], &self.g[b as usize]);
+        for g in [ga, gb] {
+            match g.kind {
+                GroupKind::Custom => return reject(RejectReason::AcrossCustom, Why::Custom),
+                GroupKind::Copy => return reject(RejectReason::AcrossCopy, Why::Copy),
+                _ => {}
+            }
+        }
+        for g in [ga, gb] {
+            if g.opaque {
+                return reject(RejectReason::Pattern, Why::Opaque { node: g.lo });
+            }
+        }
+        if ga.anchor != NONE && gb.anchor != NONE {
+            return reject(RejectReason::Pattern, Why::TwoAnchors { a: ga.anchor, b: gb.anchor });
+        }
+        let anchor = if ga.anchor != NONE { ga.anchor } else { gb.anchor };
+        let domain = match (ga.domain, gb.domain) {
+            (NONE, x) | (x, NONE) => x,
+            (x, y) if x == y => x,
+            _ => return reject(RejectReason::Pattern, Why::OtherRows { a: ga.lo, b: gb.lo }),
+        };
+        let dm = ga.kind == GroupKind::DataMovement || gb.kind == GroupKind::DataMovement;
+        if anchor != NONE && domain != NONE {
+            return reject(RejectReason::Pattern, Why::AnchorReduction { anchor });
+        }
+        if anchor != NONE && dm {
+            return reject(RejectReason::Pattern, Why::AnchorMove { anchor });
+        }
+        if domain != NONE && dm {
+            return reject(RejectReason::Pattern, Why::ReductionMove);
+        }
+        let kind = if anchor != NONE {
+            GroupKind::Anchor
+        } else if domain != NONE {
+            GroupKind::Reduction
+        } else if dm {
+            GroupKind::DataMovement
+        } else {
+            GroupKind::Elementwise
+        };
+        match kind {
+            GroupKind::Anchor => {
+                let (cap, which) = match d.op(anchor) {
+                    Op::MatMul => (caps.matmul_epilogue, "matmul_epilogue"),
+                    Op::Gemm { .. } => (caps.gemm_epilogue, "gemm_epilogue"),
+                    Op::Conv(_) => (caps.conv_epilogue, "conv_epilogue"),
+                    _ => (caps.pool_epilogue, "pool_epilogue"),
+                };
+                if !cap {
+                    return reject(RejectReason::CapsExceeded, Why::CapOff(which));
+                }
+                let inside = self.inside(a, b);
+                for &t in d.inputs(anchor) {
+                    let p = d.kprod[t as usize];
+                    if p != NONE && inside(p) {
+                        return reject(RejectReason::Pattern, Why::Prologue { p, anchor });
+                    }
+                }
+            }
+            GroupKind::Reduction if !caps.reduction_fusion => {
+                return reject(RejectReason::CapsExceeded, Why::CapOff("reduction_fusion"));
+            }
+            GroupKind::DataMovement if !caps.injective_fusion => {
+                return reject(RejectReason::CapsExceeded, Why::CapOff("injective_fusion"));
+            }
+            _ => {}
+        }
+        let ops = self.size(a) + self.size(b);
+        if ops > caps.max_ops {
+            return reject(RejectReason::CapsExceeded, Why::MaxOps { ops, cap: caps.max_ops });
+        }
+        Ok(Merged { kind, anchor, domain })
+    }
+
+    /// The rest of legality, on the merged lists: input count, several writers, iteration spaces, row rules.
+    pub fn shaped(
+        &self,
+        d: &Dense<'_>,
+        caps: &FusionCaps,
+        a: u32,
+        b: u32,
+        m: &Merged,
+        pv: &Preview,
+    ) -> Result<(), Reject> {
+        if pv.inputs.len() > caps.max_inputs {
+            return reject(
+                RejectReason::CapsExceeded,
+                Why::MaxInputs { inputs: pv.inputs.len(), cap: caps.max_inputs },
+            );
+        }
+        if pv.writers > 1 && !caps.multi_output {
+            return reject(RejectReason::CapsExceeded, Why::MultiOutputOff);
+        }
+        match m.kind {
+            GroupKind::Anchor => {
+                let want = d.outputs(m.anchor).first().map_or(0, |&t| d.numel[t as usize]);
+                if let Some(&t) = pv.escaping.iter().find(|&&t| d.numel[t as usize] != want) {
+                    return reject(RejectReason::Pattern, Why::EpilogueSize { t, anchor: m.anchor });
+                }
+            }
+            GroupKind::Elementwise | GroupKind::DataMovement => {
+                if let Some(&first) = pv.escaping.first() {
+                    let want = d.numel[first as usize];
+                    if let Some(&t) = pv.escaping.iter().find(|&&t| d.numel[t as usize] != want) {
+                        return reject(RejectReason::Pattern, Why::LoopSizes { a: first, b: t });
+                    }
+                }
+            }
+            GroupKind::Reduction => {
+                let Some(dom) = self.domains.get(m.domain as usize) else {
+                    return reject(RejectReason::Pattern, Why::ReductionMove);
+                };
+                // Validate the side never checked against this domain, or the smaller side (every edge
+                // between the two touches it).
+                let (da, db) = (self.g[a as usize].domain, self.g[b as usize].domain);
+                let side = match (da == NONE, db == NONE) {
+                    (true, _) => a,
+                    (_, true) => b,
+                    _ if self.size(a) <= self.size(b) => a,
+                    _ => b,
+                };
+                self.check_rows(d, m.domain, dom, self.members(side), &self.inside(a, b))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Row-kernel rules for `members` and every edge touching them inside the merged group.
+    fn check_rows(
+        &self,
+        d: &Dense<'_>,
+        dom_id: u32,
+        dom: &Domain,
+        members: &[u32],
+        inside: &dyn Fn(u32) -> bool,
+    ) -> Result<(), Reject> {
+        for &m in members {
+            match d.cat[m as usize] {
+                OpCategory::Reduction if self.node_domain[m as usize] == dom_id => {}
+                OpCategory::Elementwise => {}
+                _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
+            }
+            for &t in d.outputs(m) {
+                if dom.class(d.dims(t)).is_none() {
+                    return reject(RejectReason::Pattern, Why::NotRowValue { t });
+                }
+                for &c in d.readers(t).iter().filter(|&&c| inside(c)) {
+                    Self::check_edge(d, dom, t, c)?;
+                }
+            }
+            for &t in d.inputs(m) {
+                let p = d.kprod[t as usize];
+                if p != NONE && inside(p) {
+                    Self::check_edge(d, dom, d.root[t as usize], m)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An edge from the value `t` (a kernel-written tensor) to consumer `c`, inside a row kernel.
+    fn check_edge(d: &Dense<'_>, dom: &Domain, t: u32, c: u32) -> Result<(), Reject> {
+        let from = dom.class(d.dims(t));
+        let c_red = d.cat[c as usize] == OpCategory::Reduction;
+        let out = d.outputs(c).first().and_then(|&o| dom.class(d.dims(o)));
+        for &read in d.inputs(c).iter().filter(|&&x| d.root[x as usize] == d.root[t as usize]) {
+            let to = dom.class(d.dims(read));
+            let ok = match (from, to) {
+                (Some(f), Some(r)) if f.reduced() == r.reduced() => {
+                    if c_red {
+                        r == Class::Full
+                    } else {
+                        match out {
+                            Some(Class::Full) => r != Class::Drop,
+                            Some(_) => r.reduced(),
+                            None => false,
+                        }
+                    }
+                }
+                _ => false,
+            };
+            if !ok {
+                return reject(RejectReason::Pattern, Why::RowEdge { c, t: read });
+            }
+        }
+        Ok(())
+    }
+}

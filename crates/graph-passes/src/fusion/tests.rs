@@ -1,0 +1,56 @@
+//! Unit tests of the pass's internals; the pattern, rejection and property suites live in `tests/fusion_*.rs`.
+
+use super::*;
+use crate::topo;
+use graph_ir::{DType, Op};
+
+fn names(g: &ComputeGraph, p: &FusionPlan) -> Vec<Vec<String>> {
+    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.clone()).collect()).collect()
+}
+
+#[test]
+fn diamond_after_an_anchor_is_one_kernel_and_off_is_one_per_node() {
+    let mut g = ComputeGraph::new("f");
+    let x = g.add_input("x", DType::F32, [8]).unwrap();
+    let w = g.add_weight("w", DType::F32, [8, 8]).unwrap();
+    let m = g.add_node("mm", Op::MatMul, &[x, w]).unwrap()[0];
+    let a = g.add_node("a", Op::Relu, &[m]).unwrap()[0];
+    let b = g.add_node("b", Op::Neg, &[a]).unwrap()[0];
+    let c = g.add_node("c", Op::Abs, &[b]).unwrap()[0];
+    let d = g.add_node("d", Op::Exp, &[b]).unwrap()[0];
+    let e = g.add_node("e", Op::Add, &[c, d]).unwrap()[0];
+    g.mark_output(e).unwrap();
+    let order = topo::analyse(&g).unwrap();
+    let p = analyse(&g, &order, &FusionOptions::default());
+    assert_eq!(names(&g, &p), vec![vec!["mm", "a", "b", "c", "d", "e"]]);
+    assert_eq!(p.groups[0].kind, GroupKind::Anchor);
+    assert!(!p.is_materialized(&g, b));
+    assert!(p.is_materialized(&g, e));
+    assert!(p.rejections().next().is_none());
+    let off = analyse(&g, &order, &FusionOptions { enabled: false, ..Default::default() });
+    assert_eq!(off.groups.len(), 6);
+    assert!(off.decisions.iter().all(|d| d.rejected == Some(RejectReason::Disabled)));
+    assert_eq!(off.decisions.len(), 6);
+}
+
+#[test]
+fn domains_compare_without_leading_ones() {
+    let sm = Op::Softmax { axis: -1 };
+    let a = rules_domain(&sm, &[1, 128, 768]);
+    let b = rules_domain(&Op::ReduceMax { axes: Some(vec![1]), keepdims: true }, &[128, 768]);
+    assert_eq!(a, b);
+    let c = rules_domain(&Op::ReduceMax { axes: Some(vec![0]), keepdims: true }, &[128, 768]);
+    assert_ne!(a, c);
+}
+
+fn rules_domain(op: &Op, dims: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    let mut g = ComputeGraph::new("d");
+    let x = g.add_input("x", DType::F32, dims.to_vec()).unwrap();
+    let y = g.add_node("r", op.clone(), &[x]).unwrap()[0];
+    g.mark_output(y).unwrap();
+    let order = topo::analyse(&g).unwrap();
+    let d = dense::Dense::new(&g, &order);
+    let groups = rules::Groups::new(&d, &[]);
+    let dom = &groups.domains[groups.g[0].domain as usize];
+    (dom.full.clone(), dom.axes.clone())
+}

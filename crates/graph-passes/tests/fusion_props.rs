@@ -1,0 +1,124 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Properties of the fusion pass over random graphs, the synth families and random caps: every plan covers
+//! each non-view node once, orders its groups topologically (no cycle), respects the caps, keeps its decisions
+//! consistent, and builds into an `ExecutionPlan` that `graph_plan::verify` accepts.
+
+mod fusion_util;
+
+use fusion_util::*;
+use graph_ir::{synth, ComputeGraph};
+use graph_passes::fusion::{FusionCaps, FusionOptions};
+use graph_plan::{verify, ExecutionPlan, PlanOptions};
+use proptest::prelude::*;
+
+fn caps_strategy() -> impl Strategy<Value = FusionCaps> {
+    (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+        matmul_epilogue: b[0],
+        gemm_epilogue: b[1],
+        conv_epilogue: b[2],
+        pool_epilogue: b[3],
+        reduction_fusion: b[4],
+        multi_output: b[5],
+        injective_fusion: b[6],
+        max_inputs,
+        max_ops,
+    })
+}
+
+/// Check the pass alone and through the whole pipeline with the same options.
+fn check_all(g: &ComputeGraph, opts: &FusionOptions, streams: usize) {
+    let p = fuse_streams(g, opts, streams);
+    check(g, &p, &opts.caps);
+    let again = fuse_streams(g, opts, streams);
+    assert_eq!(names(g, &p), names(g, &again), "not deterministic");
+    let mut po = PlanOptions::with_streams(streams);
+    po.fusion = opts.clone();
+    let plan = ExecutionPlan::build_with(g, &po).unwrap();
+    if let Err(v) = verify(&plan) {
+        panic!("{}: {v:?}", g.name());
+    }
+    let copies = p.groups.iter().filter(|x| x.kind == graph_passes::fusion::GroupKind::Copy).count();
+    assert_eq!(plan.kernel_count_fused, p.groups.len() - copies);
+    assert!(plan.stats().bytes_moved <= plan.stats().bytes_moved_unfused);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn rows_graphs_default_caps(seed in any::<u64>(), n in 1usize..60, streams in 1usize..4, horizontal in any::<bool>()) {
+        let g = rows_graph(seed, n, true);
+        prop_assume!(streams == 1 || !output_aliases_source(&g));
+        check_all(&g, &FusionOptions { horizontal, ..Default::default() }, streams);
+    }
+
+    #[test]
+    fn rows_graphs_random_caps(seed in any::<u64>(), n in 1usize..60, caps in caps_strategy(), horizontal in any::<bool>()) {
+        let g = rows_graph(seed, n, true);
+        check_all(&g, &FusionOptions { enabled: true, horizontal, caps }, 1);
+    }
+
+    #[test]
+    fn random_dags(n in 1usize..300, fan_in in 1usize..5, seed in any::<u64>(), streams in 1usize..4, horizontal in any::<bool>()) {
+        let g = synth::random_dag(n, fan_in, seed).unwrap();
+        prop_assume!(streams == 1 || !output_aliases_source(&g));
+        check_all(&g, &FusionOptions { horizontal, ..Default::default() }, streams);
+    }
+
+    #[test]
+    fn random_dags_random_caps(n in 1usize..200, fan_in in 1usize..5, seed in any::<u64>(), caps in caps_strategy()) {
+        let g = synth::random_dag(n, fan_in, seed).unwrap();
+        prop_assume!(!output_aliases_source(&g));
+        check_all(&g, &FusionOptions { enabled: true, horizontal: true, caps }, 2);
+    }
+
+    #[test]
+    fn families(layers in 1usize..4, blocks in 1usize..4, branches in 1usize..5, caps in caps_strategy(), streams in 1usize..4) {
+        let graphs = vec![
+            synth::chain(3 * layers + 1).unwrap(),
+            synth::mlp(layers, 16, 2).unwrap(),
+            synth::transformer(layers, 16, 2, 4, 1).unwrap(),
+            synth::resnet_like(blocks, 4, 8).unwrap(),
+            synth::inception_like(blocks, branches).unwrap(),
+        ];
+        for g in &graphs {
+            check_all(g, &FusionOptions::default(), streams);
+            check_all(g, &FusionOptions { enabled: true, horizontal: true, caps: caps.clone() }, streams);
+        }
+    }
+}
+
+#[test]
+fn rows_graph_generator_covers_every_class() {
+    // The generator is only useful if it produces what the properties are about.
+    let mut seen = std::collections::HashSet::new();
+    for seed in 0..40 {
+        let g = rows_graph(seed, 60, true);
+        g.validate().unwrap();
+        for (_, n) in g.nodes() {
+            seen.insert(n.op.name());
+        }
+    }
+    for op in [
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMean",
+        "Softmax",
+        "LayerNormalization",
+        "Reshape",
+        "Squeeze",
+        "Unsqueeze",
+        "Transpose",
+        "MatMul",
+        "Gemm",
+        "Concat",
+        "Slice",
+        "Split",
+        "Where",
+        "Cast",
+        "Custom",
+        "Memcpy",
+    ] {
+        assert!(seen.contains(op), "generator never emits {op}");
+    }
+}

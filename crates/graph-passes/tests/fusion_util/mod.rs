@@ -1,0 +1,421 @@
+//! Shared helpers of the fusion test suites: running the pass, naming groups, and an independent checker of a
+//! fusion plan's invariants (written from the graph and the plan alone, sharing no code with the pass).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use graph_ir::op::CustomOp;
+use graph_ir::rng::SplitMix64;
+use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, TensorId, TensorRole, TensorSpec};
+use graph_passes::fusion::{self, FusionCaps, FusionOptions, FusionPlan, FusionTarget, GroupKind, RejectReason};
+use graph_passes::topo;
+use std::collections::{HashMap, HashSet};
+
+pub const F: DType = DType::F32;
+
+/// Run the pass with `opts` on one stream.
+pub fn fuse(g: &ComputeGraph, opts: &FusionOptions) -> FusionPlan {
+    let order = topo::analyse(g).unwrap();
+    fusion::analyse(g, &order, opts)
+}
+
+/// Run the pass with `opts` for `streams` streams on the default device.
+pub fn fuse_streams(g: &ComputeGraph, opts: &FusionOptions, streams: usize) -> FusionPlan {
+    let order = topo::analyse(g).unwrap();
+    fusion::analyse_for(g, &order, opts, &FusionTarget { streams, ..Default::default() })
+}
+
+/// Node names of every group, in execution order.
+pub fn names(g: &ComputeGraph, p: &FusionPlan) -> Vec<Vec<String>> {
+    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.clone()).collect()).collect()
+}
+
+/// Kinds of every group, in execution order.
+pub fn kinds(p: &FusionPlan) -> Vec<GroupKind> {
+    p.groups.iter().map(|g| g.kind).collect()
+}
+
+/// The verdict on the edge `producer -> consumer`: `None` when fused (no decision: `check` asserts that every
+/// edge between two kernels has one).
+pub fn verdict(p: &FusionPlan, producer: &str, consumer: &str) -> Option<RejectReason> {
+    p.decisions
+        .iter()
+        .find(|d| d.producer == producer && d.consumer == consumer && d.phase != fusion::FusionPhase::Horizontal)
+        .and_then(|d| d.rejected)
+}
+
+/// Tensor names written by group `i`.
+pub fn outputs(g: &ComputeGraph, p: &FusionPlan, i: usize) -> Vec<String> {
+    p.groups[i].outputs.iter().map(|&t| g.tensor(t).name.clone()).collect()
+}
+
+/// Add a one-output node.
+pub fn n1(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorId {
+    g.add_node(name, op, ins).unwrap()[0]
+}
+
+/// The kernel writer of `t`'s bytes: the group of its producer, looking through views outside groups.
+fn writer(g: &ComputeGraph, p: &FusionPlan, mut t: TensorId) -> Option<usize> {
+    loop {
+        let n = g.producer(t)?;
+        if let Some(gi) = p.group_of.get(n) {
+            return Some(gi.index());
+        }
+        assert!(g.node(n).op.is_view(), "non-view node '{}' is in no group", g.node(n).name);
+        t = g.node(n).inputs[0];
+    }
+}
+
+/// Check every invariant of a fusion plan; panics with the first violation.
+pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
+    // Coverage: every non-view node in exactly one group, `group_of` agrees with the lists.
+    let mut seen: HashMap<NodeId, usize> = HashMap::new();
+    for (gi, gr) in p.groups.iter().enumerate() {
+        assert!(!gr.nodes.is_empty(), "group {gi} is empty");
+        for &n in &gr.nodes {
+            assert!(seen.insert(n, gi).is_none(), "node '{}' in two groups", g.node(n).name);
+            assert_eq!(p.group_of.get(n).map(|x| x.index()), Some(gi), "group_of of '{}'", g.node(n).name);
+        }
+        assert!(gr.nodes.iter().any(|&n| !g.node(n).op.is_view()), "group {gi} holds only views");
+    }
+    for (id, node) in g.nodes() {
+        if !node.op.is_view() {
+            assert!(seen.contains_key(&id), "non-view node '{}' not covered", node.name);
+        }
+    }
+    assert_eq!(p.group_of.len(), seen.len());
+    // Order: every input of a group is written by an earlier group (or is a source); never by the group itself
+    // through an outside view.
+    for (gi, gr) in p.groups.iter().enumerate() {
+        let members: HashSet<NodeId> = gr.nodes.iter().copied().collect();
+        for &n in &gr.nodes {
+            for &t in &g.node(n).inputs {
+                let inside = g.producer(t).is_some_and(|q| members.contains(&q));
+                if inside {
+                    continue;
+                }
+                if let Some(w) = writer(g, p, t) {
+                    assert!(w < gi, "group {gi} reads '{}' written by group {w}", g.tensor(t).name);
+                }
+            }
+        }
+        // The lists of inputs and outputs match the graph.
+        for &t in &gr.inputs {
+            assert!(
+                !g.producer(t).is_some_and(|q| members.contains(&q)),
+                "input '{}' produced inside",
+                g.tensor(t).name
+            );
+        }
+        for &t in &gr.outputs {
+            let prod = g.producer(t).unwrap();
+            assert!(members.contains(&prod));
+            let escapes = g.tensor(t).role == TensorRole::Output || g.consumers(t).iter().any(|c| !members.contains(c));
+            assert!(escapes, "output '{}' does not escape", g.tensor(t).name);
+            assert!(p.is_materialized(g, t));
+        }
+        for &n in &gr.nodes {
+            for &t in &g.node(n).outputs {
+                let escapes =
+                    g.tensor(t).role == TensorRole::Output || g.consumers(t).iter().any(|c| !members.contains(c));
+                assert_eq!(escapes, gr.outputs.contains(&t), "escape of '{}'", g.tensor(t).name);
+            }
+        }
+        check_caps(g, gi, gr, caps);
+    }
+    // Decisions: exactly the edges between two kernels, each rejected with a reason.
+    let by_name: HashMap<&str, NodeId> = g.nodes().map(|(id, n)| (n.name.as_str(), id)).collect();
+    let mut listed: HashSet<(NodeId, NodeId)> = HashSet::new();
+    for d in &p.decisions {
+        if d.phase == fusion::FusionPhase::Horizontal {
+            continue;
+        }
+        let (a, b) = (by_name[d.producer.as_str()], by_name[d.consumer.as_str()]);
+        assert_ne!(p.group_of.get(a), p.group_of.get(b), "decision on a fused edge: {d:?}");
+        assert!(d.rejected.is_some(), "{d:?}");
+        assert!(listed.insert((a, b)), "two decisions on one edge: {d:?}");
+    }
+    for (c, node) in g.nodes() {
+        if node.op.is_view() {
+            continue;
+        }
+        for &t in &node.inputs {
+            let mut t = t;
+            let prod = loop {
+                match g.producer(t) {
+                    Some(q) if g.node(q).op.is_view() => t = g.node(q).inputs[0],
+                    other => break other,
+                }
+            };
+            if let Some(q) = prod {
+                if p.group_of.get(q) != p.group_of.get(c) {
+                    assert!(listed.contains(&(q, c)), "edge {} -> {} has no decision", g.node(q).name, node.name);
+                }
+            }
+        }
+    }
+}
+
+fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &FusionCaps) {
+    let ops: Vec<NodeId> = gr.nodes.iter().copied().filter(|&n| !g.node(n).op.is_view()).collect();
+    if ops.len() == 1 {
+        return;
+    }
+    let name = |n: NodeId| g.node(n).name.clone();
+    assert!(ops.len() <= caps.max_ops, "group {gi} has {} ops", ops.len());
+    assert!(gr.inputs.len() <= caps.max_inputs, "group {gi} has {} inputs", gr.inputs.len());
+    let writers: HashSet<NodeId> = gr.outputs.iter().map(|&t| g.producer(t).unwrap()).collect();
+    if writers.len() > 1 {
+        assert!(caps.multi_output, "group {gi} writes from {} nodes", writers.len());
+    }
+    let members: HashSet<NodeId> = gr.nodes.iter().copied().collect();
+    let mut anchors = 0;
+    let mut reductions = 0;
+    let mut moves = 0;
+    for &n in &ops {
+        let node = g.node(n);
+        match node.op.category() {
+            OpCategory::Custom | OpCategory::Copy => panic!("'{}' fused in group {gi}", name(n)),
+            OpCategory::Anchor => {
+                anchors += 1;
+                let cap = match node.op {
+                    Op::MatMul => caps.matmul_epilogue,
+                    Op::Gemm { .. } => caps.gemm_epilogue,
+                    Op::Conv(_) => caps.conv_epilogue,
+                    _ => caps.pool_epilogue,
+                };
+                assert!(cap, "anchor '{}' has an epilogue against the caps", name(n));
+                for &t in &node.inputs {
+                    let mut t = t;
+                    // Through views: the operand's real producer must be outside.
+                    loop {
+                        match g.producer(t) {
+                            Some(q) if g.node(q).op.is_view() && !members.contains(&q) => t = g.node(q).inputs[0],
+                            Some(q) => {
+                                assert!(!members.contains(&q), "prologue '{}' into anchor '{}'", name(q), name(n));
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                }
+            }
+            OpCategory::Reduction => reductions += 1,
+            OpCategory::DataMovement => {
+                moves += 1;
+                assert!(node.outputs.len() == 1, "multi-output op '{}' fused", name(n));
+            }
+            _ => {}
+        }
+    }
+    assert!(anchors <= 1, "group {gi} has {anchors} anchors");
+    if anchors == 1 {
+        assert_eq!(gr.kind, GroupKind::Anchor);
+        assert_eq!(reductions + moves, 0, "group {gi}: anchor with reductions or moves");
+    }
+    if reductions > 0 {
+        assert!(caps.reduction_fusion);
+        assert_eq!(gr.kind, GroupKind::Reduction);
+        assert_eq!(moves, 0);
+    }
+    if moves > 0 {
+        assert!(caps.injective_fusion);
+        assert_eq!(gr.kind, GroupKind::DataMovement);
+    }
+}
+
+/// True when a graph output is a view of a source (an input or weight). Such outputs get their own bytes and a
+/// copy step; today a kernel on another stream that reads the output can race with that copy whether or not
+/// anything is fused (memory and stream passes, reported separately), so the properties leave those graphs out on
+/// several streams rather than fail on a bug fusion does not touch (`graph_plan::verify` reports it as a race).
+pub fn output_aliases_source(g: &ComputeGraph) -> bool {
+    g.outputs().iter().any(|&o| {
+        let mut t = o;
+        loop {
+            match g.producer(t) {
+                Some(p) if g.node(p).op.is_view() => t = g.node(p).inputs[0],
+                Some(_) => return false,
+                None => return true,
+            }
+        }
+    })
+}
+
+/// Kinds of the values of a "rows" graph: all derive from `[4, 8]` rows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum K {
+    /// `[4, 8]`.
+    Full,
+    /// `[4, 1]`: reduced over the last axis, kept.
+    Keep,
+    /// `[4]`: reduced over the last axis, dropped.
+    Drop,
+    /// `[1, 8]`: reduced over axis 0, kept (broadcasts like a bias).
+    Col,
+    /// `[32]`: a flattened full value.
+    Wide,
+    /// `[8, 4]`: transposed.
+    T,
+}
+
+pub fn shape(k: K) -> Vec<usize> {
+    match k {
+        K::Full => vec![4, 8],
+        K::Keep => vec![4, 1],
+        K::Drop => vec![4],
+        K::Col => vec![1, 8],
+        K::Wide => vec![32],
+        K::T => vec![8, 4],
+    }
+}
+
+/// A random graph over `[4, 8]` rows mixing every fusion class: elementwise with broadcasting, reductions over
+/// either axis with and without kept dims, Softmax, LayerNormalization, views, transposes, MatMul, Gemm,
+/// Concat/Slice, Split, Where, Cast, and (with `custom`) custom kernels and copies.
+pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
+    let mut r = SplitMix64::new(seed);
+    let mut g = ComputeGraph::new(format!("rows_{seed}_{n}"));
+    let mut pool: Vec<(TensorId, K)> = Vec::new();
+    pool.push((g.add_input("x", F, shape(K::Full)).unwrap(), K::Full));
+    pool.push((g.add_input("y", F, shape(K::Full)).unwrap(), K::Full));
+    let bias = g.add_weight("bias", F, shape(K::Col)).unwrap();
+    let w = g.add_weight("w", F, [8, 8]).unwrap();
+    let gamma = g.add_weight("gamma", F, [8]).unwrap();
+    let beta = g.add_weight("beta", F, [8]).unwrap();
+    let mut i = 0usize;
+    let pick = |r: &mut SplitMix64, pool: &[(TensorId, K)], want: Option<K>| -> Option<(TensorId, K)> {
+        let cands: Vec<(TensorId, K)> = pool.iter().copied().filter(|&(_, k)| want.is_none_or(|w| w == k)).collect();
+        if cands.is_empty() {
+            return None;
+        }
+        // Mostly recent values (chains), sometimes any (branches and long edges).
+        let j = if r.below(4) == 0 {
+            r.below(cands.len() as u64) as usize
+        } else {
+            cands.len() - 1 - r.below(cands.len().min(6) as u64) as usize
+        };
+        Some(cands[j])
+    };
+    while i < n {
+        let name = format!("n{i}");
+        i += 1;
+        let choice = r.below(20);
+        let (a, ka) = pick(&mut r, &pool, None).unwrap();
+        let out: Option<(TensorId, K)> = match choice {
+            0..=4 => {
+                let op = [Op::Exp, Op::Neg, Op::Tanh, Op::Relu, Op::Sigmoid, Op::Abs][r.below(6) as usize].clone();
+                Some((n1(&mut g, &name, op, &[a]), ka))
+            }
+            5..=8 => {
+                let op = [Op::Add, Op::Mul, Op::Sub, Op::Max][r.below(4) as usize].clone();
+                let (b, kb) = match ka {
+                    K::Full => match r.below(4) {
+                        0 => pick(&mut r, &pool, Some(K::Keep)).unwrap_or((bias, K::Col)),
+                        1 => pick(&mut r, &pool, Some(K::Col)).unwrap_or((bias, K::Col)),
+                        2 => (bias, K::Col),
+                        _ => pick(&mut r, &pool, Some(K::Full)).unwrap(),
+                    },
+                    k => pick(&mut r, &pool, Some(k)).unwrap(),
+                };
+                let k = if ka == K::Full || kb == K::Full { K::Full } else { ka };
+                Some((n1(&mut g, &name, op, &[a, b]), k))
+            }
+            9 if ka == K::Full => {
+                let keep = r.below(2) == 0;
+                let op = match r.below(3) {
+                    0 => Op::ReduceSum { axes: Some(vec![-1]), keepdims: keep },
+                    1 => Op::ReduceMax { axes: Some(vec![1]), keepdims: keep },
+                    _ => Op::ReduceMean { axes: Some(vec![-1]), keepdims: keep },
+                };
+                Some((n1(&mut g, &name, op, &[a]), if keep { K::Keep } else { K::Drop }))
+            }
+            10 if ka == K::Full => {
+                Some((n1(&mut g, &name, Op::ReduceSum { axes: Some(vec![0]), keepdims: true }, &[a]), K::Col))
+            }
+            11 if ka == K::Full => {
+                let t = if r.below(2) == 0 {
+                    n1(&mut g, &name, Op::Softmax { axis: -1 }, &[a])
+                } else {
+                    n1(&mut g, &name, Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[a, gamma, beta])
+                };
+                Some((t, K::Full))
+            }
+            12 => match ka {
+                K::Full => Some((n1(&mut g, &name, Op::Reshape { shape: vec![32], allowzero: false }, &[a]), K::Wide)),
+                K::Wide => {
+                    Some((n1(&mut g, &name, Op::Reshape { shape: vec![4, 8], allowzero: false }, &[a]), K::Full))
+                }
+                K::Drop => Some((n1(&mut g, &name, Op::Unsqueeze { axes: vec![-1] }, &[a]), K::Keep)),
+                K::Keep => Some((n1(&mut g, &name, Op::Squeeze { axes: Some(vec![-1]) }, &[a]), K::Drop)),
+                _ => None,
+            },
+            13 => match ka {
+                K::Full => Some((n1(&mut g, &name, Op::Transpose { perm: None }, &[a]), K::T)),
+                K::T => Some((n1(&mut g, &name, Op::Transpose { perm: None }, &[a]), K::Full)),
+                _ => None,
+            },
+            14 if ka == K::Full => {
+                let t = if r.below(2) == 0 {
+                    n1(&mut g, &name, Op::MatMul, &[a, w])
+                } else {
+                    let gemm = Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true };
+                    n1(&mut g, &name, gemm, &[a, w, bias])
+                };
+                Some((t, K::Full))
+            }
+            15 if ka == K::Full => {
+                let (b, _) = pick(&mut r, &pool, Some(K::Full)).unwrap();
+                let c = n1(&mut g, &format!("{name}.cat"), Op::Concat { axis: 0 }, &[a, b]);
+                let slice = Op::Slice { starts: vec![2], ends: vec![6], axes: Some(vec![0]), steps: None };
+                Some((n1(&mut g, &name, slice, &[c]), K::Full))
+            }
+            16 if ka == K::Full => {
+                let outs =
+                    g.add_node(&format!("{name}.split"), Op::Split { axis: 1, splits: vec![4, 4] }, &[a]).unwrap();
+                Some((n1(&mut g, &name, Op::Concat { axis: 1 }, &[outs[1], outs[0]]), K::Full))
+            }
+            17 if ka == K::Full => {
+                let (b, _) = pick(&mut r, &pool, Some(K::Full)).unwrap();
+                let c = n1(&mut g, &format!("{name}.gt"), Op::Greater, &[a, b]);
+                Some((n1(&mut g, &name, Op::Where, &[c, a, b]), K::Full))
+            }
+            18 => {
+                let c = n1(&mut g, &format!("{name}.f16"), Op::Cast { to: graph_ir::DType::F16 }, &[a]);
+                Some((n1(&mut g, &name, Op::Cast { to: F }, &[c]), ka))
+            }
+            19 if ka == K::Full && custom => {
+                if r.below(2) == 0 {
+                    let op = CustomOp {
+                        source: String::new(),
+                        entry: "k".into(),
+                        grid: [1, 1, 1],
+                        block: [32, 1, 1],
+                        outputs: vec![TensorSpec { dtype: F, shape: shape(K::Full).into() }],
+                        ..Default::default()
+                    };
+                    Some((n1(&mut g, &name, Op::Custom(op), &[a]), K::Full))
+                } else {
+                    let to = graph_ir::op::MemSpace::Device;
+                    Some((n1(&mut g, &name, Op::Memcpy { to }, &[a]), K::Full))
+                }
+            }
+            _ => None,
+        };
+        if let Some(o) = out {
+            pool.push(o);
+            if r.below(10) == 0 && g.tensor(o.0).role != TensorRole::Output {
+                g.mark_output(o.0).unwrap();
+            }
+        }
+    }
+    let last = pool.last().unwrap().0;
+    for (t, _) in pool.iter().skip(2) {
+        if g.consumers(*t).is_empty() && g.tensor(*t).role != TensorRole::Output {
+            g.mark_output(*t).unwrap();
+        }
+    }
+    if g.outputs().is_empty() {
+        // Only sources so far: add one node so the graph is valid.
+        let t = n1(&mut g, "tail", Op::Relu, &[last]);
+        g.mark_output(t).unwrap();
+    }
+    g
+}
