@@ -124,3 +124,11 @@ write("negative_dim.onnx", model([onnx_node("Relu", "r", ["x"], ["y"])], [value_
 write("nan_attribute.onnx", model([onnx_node("LeakyRelu", "l", ["x"], ["y"], float_attr("alpha", float("nan")))],
                                   [value_info("x", [4])], [value_info("y", [4])]))
 write("opset_too_new.onnx", model([onnx_node("Relu", "r", ["x"], ["y"])], [value_info("x", [4])], [value_info("y", [4])], opset=99))
+write("self_loop.onnx", model([onnx_node("Add", "a", ["x", "y"], ["y"])], [value_info("x", [4])], [value_info("y", [4])]))
+write("duplicate_output.onnx", model([onnx_node("Relu", "a", ["x"], ["y"]), onnx_node("Neg", "b", ["x"], ["y"])],
+                                     [value_info("x", [4])], [value_info("y", [4])]))
+write("dtype_mismatch.onnx", model([onnx_node("Add", "a", ["x", "i"], ["y"])], [value_info("x", [4]), value_info("i", [4], elem=7)],
+                                   [value_info("y", [4])]))
+write("rank_65.onnx", model([onnx_node("Relu", "r", ["x"], ["y"])], [value_info("x", [1] * 65)], [value_info("y", [1])]))
+write("shape_mismatch.onnx", model([onnx_node("MatMul", "m", ["x", "w"], ["y"])], [value_info("x", [2, 3]), value_info("w", [4, 5])],
+                                   [value_info("y", [2, 5])]))
