@@ -2,6 +2,7 @@
 //! prepared script for a machine with a GPU) and `fuzz` (the fuzz targets for a fixed time).
 
 mod bench;
+mod fuzz;
 mod gpu_check;
 
 use anyhow::{bail, Context, Result};
@@ -31,6 +32,7 @@ fn main() -> Result<()> {
         }
         Some("bench") => bench_task(&args[1..]),
         Some("gpu-check") => gpu_check::main(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         Some(other) => bail!("unknown or not yet available task {other:?}\n{}", usage()),
     }
 }

@@ -69,6 +69,12 @@ pub fn load(args: &GraphArgs) -> Result<Loaded> {
     }
     let path = Path::new(&args.graph);
     let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    // The size first, so that an oversized file fails before 2 GiB of it are read into memory.
+    if let Ok(meta) = file.metadata() {
+        if meta.len() > MAX_FILE_BYTES {
+            bail!("'{}' is larger than the limit of {MAX_FILE_BYTES} bytes ({} bytes)", path.display(), meta.len());
+        }
+    }
     let bytes = read_limited(file, &format!("'{}'", path.display()))?;
     let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     if is_onnx {

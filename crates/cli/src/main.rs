@@ -80,9 +80,19 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the chain of causes joined, outermost first.
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("error: {}", msg.join(": "));
+            // One line: the chain of causes joined, outermost first; a cause whose text its parent already
+            // shows (a thiserror `{0}` over a `#[from]` source) is not repeated, and no message spans lines.
+            let mut msg = String::new();
+            for c in e.chain() {
+                let text = c.to_string();
+                if !msg.contains(&text) {
+                    if !msg.is_empty() {
+                        msg.push_str(": ");
+                    }
+                    msg.push_str(&text);
+                }
+            }
+            eprintln!("error: {}", msg.replace('\n', " "));
             ExitCode::from(1)
         }
     }

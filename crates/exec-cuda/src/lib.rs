@@ -21,6 +21,9 @@
 //!   [`SubmitMode`], with [`CudaPrepared::time_runs`] for CUDA-event timings;
 //! - `ffi` (private): the only module with `unsafe`, each block justified by a `// SAFETY:` comment.
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod blas;
 pub mod capture;
 pub mod codegen;

@@ -13,7 +13,11 @@
 //!
 //! Depends on graph-plan alone (which re-exports the IR types).
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod check;
+pub mod differential;
 mod kernel;
 mod linalg;
 pub mod math;

@@ -366,6 +366,15 @@ impl ComputeGraph {
         if shape.rank() > MAX_RANK {
             return Err(GraphError::RankTooLarge { tensor: name.to_string(), rank: shape.rank(), limit: MAX_RANK });
         }
+        // Extents are i64 in the JSON format and in ONNX: a larger one (possible when another extent is 0,
+        // so that the size does not overflow) would be written back as a negative number.
+        if let Some((axis, &d)) = shape.0.iter().enumerate().find(|(_, &d)| i64::try_from(d).is_err()) {
+            return Err(GraphError::LimitExceeded {
+                what: format!("tensor '{name}' extent on axis {axis}"),
+                value: d as u64,
+                limit: i64::MAX as u64,
+            });
+        }
         let bytes = shape.byte_size(dtype);
         match bytes {
             Some(b) if (b as u64) <= self.limits.max_tensor_bytes => {}

@@ -47,6 +47,7 @@ pub fn infer(op: &Op, inputs: &[(DType, &Shape)]) -> Result<Vec<TensorSpec>, Inf
             return shape_err(format!("input {i} has rank {}, above the limit of {MAX_RANK}", s.rank()));
         }
     }
+    finite_scalars(op)?;
     let out = infer_inner(op, inputs)?;
     for o in &out {
         if o.shape.rank() > MAX_RANK {
@@ -54,6 +55,22 @@ pub fn infer(op: &Op, inputs: &[(DType, &Shape)]) -> Result<Vec<TensorSpec>, Inf
         }
     }
     Ok(out)
+}
+
+/// Slopes and scales must be finite: a NaN would silently turn outputs into NaN, and the JSON format writes
+/// non-finite floats as null, so such a graph could not be saved. (Pad's fill value may be infinite: padding
+/// with -inf before a max is a real use.)
+fn finite_scalars(op: &Op) -> R<()> {
+    let scalars: &[(&'static str, f32)] = match op {
+        Op::LeakyRelu { alpha } => &[("alpha", *alpha)],
+        Op::HardSigmoid { alpha, beta } => &[("alpha", *alpha), ("beta", *beta)],
+        Op::Gemm { alpha, beta, .. } => &[("alpha", *alpha), ("beta", *beta)],
+        _ => &[],
+    };
+    match scalars.iter().find(|(_, v)| !v.is_finite()) {
+        Some(&(name, v)) => attr_err(name, format!("must be finite, got {v}")),
+        None => Ok(()),
+    }
 }
 
 fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
@@ -91,11 +108,13 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                     return attr_err("min", "bounds must not be NaN");
                 }
             }
-            if min.is_some_and(f32::is_nan) {
-                return attr_err("min", "must not be NaN");
+            // Infinite bounds too: the JSON format writes them as null, which would load back as "no bound"
+            // and silently change what +inf (or -inf) meant. A bound that does not clamp is omitted instead.
+            if min.is_some_and(|v| !v.is_finite()) {
+                return attr_err("min", "must be finite (omit the bound for no clamp)");
             }
-            if max.is_some_and(f32::is_nan) {
-                return attr_err("max", "must not be NaN");
+            if max.is_some_and(|v| !v.is_finite()) {
+                return attr_err("max", "must be finite (omit the bound for no clamp)");
             }
             Ok(vec![spec(d, s.0.clone())])
         }

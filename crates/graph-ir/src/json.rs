@@ -319,7 +319,21 @@ fn encode_values(name: &str, dtype: DType, values: &[serde_json::Value]) -> Grap
                 None => return Err(bad(i, v)),
             },
             DType::F32 | DType::F16 | DType::BF16 => {
-                let f = v.as_f64().ok_or_else(|| bad(i, v))? as f32;
+                let x = v.as_f64().ok_or_else(|| bad(i, v))?;
+                let f = x as f32;
+                // A finite number too large for the dtype would silently become infinity (and then save as
+                // null); reject it instead.
+                let narrowed = match dtype {
+                    DType::F16 => half::f16::from_f32(f).is_finite(),
+                    DType::BF16 => half::bf16::from_f32(f).is_finite(),
+                    _ => f.is_finite(),
+                };
+                if !narrowed {
+                    return Err(GraphError::ConstantData {
+                        tensor: name.into(),
+                        detail: format!("data[{i}] = {v} is out of range for {dtype}"),
+                    });
+                }
                 match dtype {
                     DType::F32 => out.extend_from_slice(&f.to_le_bytes()),
                     DType::F16 => out.extend_from_slice(&half::f16::from_f32(f).to_le_bytes()),
@@ -367,7 +381,8 @@ fn f64_value(f: f64) -> serde_json::Value {
 }
 
 fn dims(s: &Shape) -> Vec<i64> {
-    s.0.iter().map(|&d| d as i64).collect()
+    // Every extent fits: the graph rejects larger ones when the tensor is created.
+    s.0.iter().map(|&d| i64::try_from(d).unwrap_or(i64::MAX)).collect()
 }
 
 impl ComputeGraph {

@@ -6,6 +6,10 @@
 //! The IR never holds run-time data: weights are declared by dtype and shape and supplied when a plan is
 //! prepared; only small compile-time constants (Reshape targets, scalars) carry their bytes.
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod check;
 pub mod cost;
 mod dtype;
 mod error;

@@ -18,6 +18,9 @@
 //!
 //! [`Op`]: graph_ir::Op
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use std::sync::Arc;
 use graph_ir::{ComputeGraph, DType, Shape, TensorId};
 
 mod attr;
+pub mod check;
 mod error;
 mod fold;
 mod import;

@@ -161,7 +161,10 @@ impl Importer<'_> {
             }
             "Clip" => {
                 let bound = |i| -> Result<Option<f32>, OnnxError> { Ok(self.const_scalar(c, i)?.map(|v| v as f32)) };
-                unary(Op::Clip { min: bound(1)?, max: bound(2)? })
+                // graph-ir takes finite bounds only: an infinite bound that does not clamp is no bound.
+                let min = bound(1)?.filter(|v| *v != f32::NEG_INFINITY);
+                let max = bound(2)?.filter(|v| *v != f32::INFINITY);
+                unary(Op::Clip { min, max })
             }
             "Cast" => {
                 let to = a.int_opt("to")?.ok_or_else(|| a.err("to", "is required"))?;

@@ -7,6 +7,10 @@
 //! event-driven evaluator of launches on streams (processor sharing by occupancy, the makespan bound), both
 //! shared by the stream pass, graph-plan's report and the simulator's timing model.
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod check;
 pub mod device;
 pub mod fusion;
 pub mod ids;

@@ -358,6 +358,28 @@ pub fn linearise(
         let (s, d) = (place(src)?, place(dst)?);
         steps.push(PlanStep::Copy { stream: StreamId(0), src: s, dst: d, bytes: d.bytes.min(s.bytes), node: None });
     }
+    // A launch on another stream may read a copied output (an output that is a view of an input that is itself an
+    // output): one event after the copies, waited on only by the first such reader of each stream that does not
+    // already know the copies are done (through an earlier wait on an event recorded after them).
+    let copied: Vec<BufferRef> = steps
+        .iter()
+        .filter_map(|s| match s {
+            PlanStep::Copy { dst, .. } => Some(*dst),
+            _ => None,
+        })
+        .collect();
+    let copy_event = EventId::from_index(event_of_group.len());
+    let record_at = steps.len();
+    let mut copy_event_used = false;
+    if !copied.is_empty() && streams.num_streams > 1 {
+        steps.push(PlanStep::Record { stream: StreamId(0), event: copy_event });
+    }
+    // Per stream: whether it is known to run after the copies; per event: whether its record did.
+    let mut knows = vec![false; streams.num_streams.max(1)];
+    if let Some(k) = knows.first_mut() {
+        *k = true;
+    }
+    let mut event_knows: HashMap<EventId, bool> = HashMap::new();
     for gid in streams.submission_order() {
         let (gi, g) = (gid.index(), &fusion.groups[gid.index()]);
         let stream = streams.stream_of[gi];
@@ -367,7 +389,17 @@ pub fn linearise(
         for f in froms {
             let event = *event_of_group.get(&f).ok_or_else(|| bug("wait on an event never recorded"))?;
             steps.push(PlanStep::Wait { stream, event });
+            if event_knows.get(&event).copied().unwrap_or(false) {
+                knows[stream.index()] = true;
+            }
         }
+        let mut wait_for_copies = |reads: &[BufferRef], steps: &mut Vec<PlanStep>| {
+            if !knows[stream.index()] && reads.iter().any(|r| copied.iter().any(|c| c.overlaps(r))) {
+                steps.push(PlanStep::Wait { stream, event: copy_event });
+                knows[stream.index()] = true;
+                copy_event_used = true;
+            }
+        };
         match kernel_of_group[gi] {
             Some(k) => {
                 let kernel = &kernels[k.index()];
@@ -379,6 +411,7 @@ pub fn linearise(
                 reads.dedup();
                 writes.sort_unstable();
                 writes.dedup();
+                wait_for_copies(&reads, &mut steps);
                 steps.push(PlanStep::Launch { stream, kernel: k, reads, writes });
             }
             None => {
@@ -388,12 +421,18 @@ pub fn linearise(
                     _ => return Err(bug("copy without operands")),
                 };
                 bytes_moved = bytes_moved.saturating_add(2 * src.bytes);
+                wait_for_copies(&[src], &mut steps);
                 steps.push(PlanStep::Copy { stream, src, dst, bytes: src.bytes, node: Some(node.name.clone()) });
             }
         }
         if let Some(&event) = event_of_group.get(&gi) {
             steps.push(PlanStep::Record { stream, event });
+            event_knows.insert(event, knows[stream.index()]);
         }
+    }
+    let extra_events = usize::from(copy_event_used);
+    if !copied.is_empty() && streams.num_streams > 1 && !copy_event_used {
+        steps.remove(record_at);
     }
 
     // Bindings: inputs, weights and constants, outputs.
@@ -462,7 +501,7 @@ pub fn linearise(
         pool_bytes: mem.pool_bytes(),
         kernel_count_original: nodes.iter().filter(|n| !n.view).count(),
         kernel_count_fused: launches,
-        event_count: event_of_group.len(),
+        event_count: event_of_group.len() + extra_events,
         graph_name: graph.name().to_string(),
         alignment: mem.alignment,
         region_bytes: mem.region_bytes,

@@ -5,7 +5,11 @@
 //!
 //! Executor crates depend on this crate alone: it re-exports the IR types its steps mention.
 
+// Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod build;
+pub mod check;
 #[cfg(debug_assertions)]
 mod checks;
 pub mod conformance;

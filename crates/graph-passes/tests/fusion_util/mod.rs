@@ -222,23 +222,6 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     }
 }
 
-/// True when a graph output is a view of a source (an input or weight). Such outputs get their own bytes and a
-/// copy step; today a kernel on another stream that reads the output can race with that copy whether or not
-/// anything is fused (memory and stream passes, reported separately), so the properties leave those graphs out on
-/// several streams rather than fail on a bug fusion does not touch (`graph_plan::verify` reports it as a race).
-pub fn output_aliases_source(g: &ComputeGraph) -> bool {
-    g.outputs().iter().any(|&o| {
-        let mut t = o;
-        loop {
-            match g.producer(t) {
-                Some(p) if g.node(p).op.is_view() => t = g.node(p).inputs[0],
-                Some(_) => return false,
-                None => return true,
-            }
-        }
-    })
-}
-
 /// Kinds of the values of a "rows" graph: all derive from `[4, 8]` rows.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum K {
