@@ -121,6 +121,7 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
         "chains": s.chains,
         "makespan_us": round3(s.makespan_us),
         "makespan_bound_us": round3(s.makespan_bound_us),
+        "data_bound_us": round3(s.data_bound_us),
         "makespan_ratio": if s.makespan_bound_us > 0.0 { round3(s.makespan_us / s.makespan_bound_us) } else { 1.0 },
         "critical_path_us": round3(s.critical_path_us),
         "one_stream_us": round3(s.one_stream_us),

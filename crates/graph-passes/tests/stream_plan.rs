@@ -214,6 +214,11 @@ fn inception_runs_its_branches_concurrently() {
     assert_eq!(tight.pool_bytes, tight.stats().lower_bound_bytes);
     assert!(tight.pool_bytes <= four.pool_bytes);
     assert!(tight.stats().makespan_us >= four.stats().makespan_us - 1e-9);
+    // What the tight pool's reuse edges cost: its bound rises above the data-only bound; the concurrent plan's
+    // reuse edges cost nothing.
+    assert!((tight.stats().data_bound_us - four.stats().data_bound_us).abs() < 1e-9);
+    assert!(tight.stats().makespan_bound_us > tight.stats().data_bound_us);
+    assert!((four.stats().makespan_bound_us - four.stats().data_bound_us).abs() < 1e-9);
     // One stream: no events, and the makespan is the sum of launch times.
     assert_eq!(one.event_count, 0);
     assert!((one.stats().makespan_us - one.stats().one_stream_us).abs() < 1e-9);

@@ -485,6 +485,7 @@ pub fn linearise(
         makespan_us: 0.0,
         makespan_bound_us: 0.0,
         critical_path_us: 0.0,
+        data_bound_us: 0.0,
         one_stream_us: 0.0,
         stream_limit_bound_us: 0.0,
         reuse_edges: mem.reuse_edges.len(),
@@ -522,14 +523,20 @@ pub fn linearise(
     for (i, g) in order.iter().enumerate() {
         task_of[g.index()] = first + i;
     }
-    let preds = graph_passes::stream::group_predecessors(graph, fusion, mem);
-    for (i, t) in tasks.iter_mut().enumerate() {
-        t.deps = match i.checked_sub(first) {
-            Some(j) => preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect(),
-            None => Vec::new(),
-        };
-    }
-    let b = timing::dag_bound(&tasks, t.overhead_us).map_err(|e| bug(&format!("timing: {e}")))?;
+    let mut bound_over = |preds: &[Vec<graph_passes::GroupId>]| {
+        for (i, t) in tasks.iter_mut().enumerate() {
+            t.deps = match i.checked_sub(first) {
+                Some(j) => {
+                    preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect()
+                }
+                None => Vec::new(),
+            };
+        }
+        timing::dag_bound(&tasks, t.overhead_us).map_err(|e| bug(&format!("timing: {e}")))
+    };
+    let b = bound_over(&graph_passes::stream::group_predecessors(graph, fusion, mem))?;
+    let data = bound_over(&graph_passes::stream::group_data_predecessors(graph, fusion))?;
+    plan.stats.data_bound_us = data.bound_us;
     plan.stats.makespan_us = t.makespan_us;
     plan.stats.makespan_bound_us = b.bound_us;
     plan.stats.critical_path_us = b.critical_path_us;

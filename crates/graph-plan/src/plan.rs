@@ -266,6 +266,10 @@ pub struct PlanStats {
     /// Longest path of launch times over the group DAG (data and reuse edges): the bound's first term.
     #[serde(default)]
     pub critical_path_us: f64,
+    /// `makespan_bound_us` over the data edges alone (no reuse edges): against `makespan_bound_us` it says what
+    /// the memory plan's reuse costs the best possible schedule.
+    #[serde(default)]
+    pub data_bound_us: f64,
     /// Modelled makespan of the same launches on one stream (the sum of launch times).
     #[serde(default)]
     pub one_stream_us: f64,

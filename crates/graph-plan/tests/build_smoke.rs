@@ -29,6 +29,9 @@ fn families_build_and_verify() {
                 assert!(p.pool_bytes >= p.stats().lower_bound_bytes);
                 assert!(p.pool_bytes <= p.stats().naive_bytes);
                 assert!(p.kernel_count_fused <= p.kernel_count_original);
+                // Reuse edges only add constraints: the data-only bound is never above the full one.
+                assert!(p.stats().data_bound_us <= p.stats().makespan_bound_us + 1e-9);
+                assert!(p.stats().makespan_bound_us <= p.stats().makespan_us + 1e-6);
                 assert!(p.num_streams <= streams);
             }
         }

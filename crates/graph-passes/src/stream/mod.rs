@@ -176,6 +176,21 @@ impl StreamPlan {
 
 /// Predecessors of every group: data edges (looking through views) and reuse edges, deduplicated.
 pub fn group_predecessors(graph: &ComputeGraph, fusion: &FusionPlan, memory: &MemoryPlan) -> Vec<Vec<GroupId>> {
+    let mut preds = group_data_predecessors(graph, fusion);
+    for e in &memory.reuse_edges {
+        if e.from != e.to {
+            preds[e.to.index()].push(e.from);
+        }
+    }
+    for p in &mut preds {
+        p.sort_unstable();
+        p.dedup();
+    }
+    preds
+}
+
+/// Predecessors of every group through data edges alone (sorted, deduplicated).
+pub fn group_data_predecessors(graph: &ComputeGraph, fusion: &FusionPlan) -> Vec<Vec<GroupId>> {
     let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); fusion.groups.len()];
     for (gi, g) in fusion.groups.iter().enumerate() {
         for &t in &g.inputs {
@@ -184,11 +199,6 @@ pub fn group_predecessors(graph: &ComputeGraph, fusion: &FusionPlan, memory: &Me
                     preds[gi].push(p);
                 }
             }
-        }
-    }
-    for e in &memory.reuse_edges {
-        if e.from != e.to {
-            preds[e.to.index()].push(e.from);
         }
     }
     for p in &mut preds {
