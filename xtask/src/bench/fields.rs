@@ -40,14 +40,21 @@ pub struct StatField {
 }
 
 /// The `PlanStats` fields of the "Plan statistics" table, in column order.
-pub const STAT_FIELDS: [StatField; 10] = [
+pub const STAT_FIELDS: [StatField; 12] = [
     StatField { name: "reuse_edges", header: "reuse edges", unit: Unit::Count, added_by: "the memory issue" },
+    StatField {
+        name: "reuse_edges_added",
+        header: "reuse edges added",
+        unit: Unit::Count,
+        added_by: "the memory issue",
+    },
     StatField { name: "in_place_count", header: "in place", unit: Unit::Count, added_by: "the memory issue" },
     StatField { name: "events_before_reduction", header: "cross edges", unit: Unit::Count, added_by: "the pipeline" },
     StatField { name: "waits", header: "waits", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "chains", header: "chains", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "critical_path_us", header: "critical path us", unit: Unit::Us, added_by: "the streams issue" },
     StatField { name: "one_stream_us", header: "1-stream us", unit: Unit::Us, added_by: "the streams issue" },
+    StatField { name: "data_bound_us", header: "data-only bound us", unit: Unit::Us, added_by: "the memory issue" },
     StatField {
         name: "stream_limit_bound_us",
         header: "bound at stream limit us",
@@ -217,9 +224,9 @@ mod tests {
     fn absent_fields_print_na_with_the_issue_that_adds_them() {
         let rows = [map(&[("reuse_edges", 1234.0), ("bytes_moved", 3.0 * 1048576.0)])];
         assert_eq!(cell(&rows[0], &STAT_FIELDS[0]), "1,234");
-        assert_eq!(cell(&rows[0], &STAT_FIELDS[8]), "3.00");
+        assert_eq!(cell(&rows[0], &STAT_FIELDS[10]), "3.00");
         assert_eq!(cell(&rows[0], &MAKESPAN_BOUND), "n/a");
-        assert_eq!(cell(&map(&[("critical_path_us", 12.345)]), &STAT_FIELDS[5]), "12.3");
+        assert_eq!(cell(&map(&[("critical_path_us", 12.345)]), &STAT_FIELDS[6]), "12.3");
         let notes = absent_notes(rows.iter(), &[STAT_FIELDS[0], MAKESPAN_BOUND], "PlanStats");
         assert_eq!(
             notes,
@@ -227,7 +234,7 @@ mod tests {
         );
         let mixed = [map(&[("waits", 2.0)]), map(&[])];
         assert_eq!(
-            absent_notes(mixed.iter(), &[STAT_FIELDS[3]], "PlanStats"),
+            absent_notes(mixed.iter(), &[STAT_FIELDS[4]], "PlanStats"),
             vec!["`waits`: n/a in 1 of 2 rows (absent or not finite)".to_string()]
         );
         assert!(absent_notes(std::iter::empty::<&BTreeMap<String, f64>>(), &STAT_FIELDS, "x").is_empty());
