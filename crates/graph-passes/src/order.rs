@@ -295,11 +295,7 @@ pub fn memory_order(graph: &ComputeGraph, given: &TopoOrder) -> (TopoOrder, Orde
         if seq.len() != n {
             continue; // unreachable for a DAG; the given order stands
         }
-        let mut pos = vec![0u32; n];
-        for (p, &i) in seq.iter().enumerate() {
-            pos[i as usize] = p as u32;
-        }
-        let peak = m.peak(&pos);
+        let peak = m.peak(&positions(&seq));
         if peak < best.0 {
             best = (peak, name, Some(seq));
         }
