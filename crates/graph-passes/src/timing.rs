@@ -317,11 +317,14 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
     MakespanBound { critical_path_us: cp, area_us: area, bound_us: cp.max(area), critical_path: path }
 }
 
-/// A running task in the heap: ordered by virtual deadline, earliest first, then by id.
+/// A running task in the heap: ordered by virtual deadline, earliest first, then by id (also the stream
+/// pass's list scheduler's heap entry, with a group index as the id).
 #[derive(Clone, Copy, Debug)]
-struct Running {
-    deadline: f64,
-    task: usize,
+pub(crate) struct Running {
+    /// Virtual time at which it completes.
+    pub(crate) deadline: f64,
+    /// The task (or group) index.
+    pub(crate) task: usize,
 }
 
 impl PartialEq for Running {

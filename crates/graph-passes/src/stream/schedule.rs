@@ -21,6 +21,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use super::csr::Csr;
+use crate::timing::Running;
 
 /// A ready group, ordered by bottom level (highest first), then index (lowest first).
 #[derive(Clone, Copy)]
@@ -43,30 +44,6 @@ impl PartialOrd for Ready {
 impl Ord for Ready {
     fn cmp(&self, o: &Self) -> Ordering {
         self.bottom.total_cmp(&o.bottom).then(o.group.cmp(&self.group))
-    }
-}
-
-/// A running group, ordered by virtual deadline (earliest first), then index.
-#[derive(Clone, Copy)]
-struct Running {
-    deadline: f64,
-    group: u32,
-}
-
-impl PartialEq for Running {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Running {}
-impl PartialOrd for Running {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Running {
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.deadline.total_cmp(&self.deadline).then(o.group.cmp(&self.group))
     }
 }
 
@@ -194,15 +171,15 @@ pub fn list_schedule(
             last_on[pick] = g as u32;
             stream_of[g] = pick as u32;
             order.push(g as u32);
-            running.push(Running { deadline: virt + time[g], group: g as u32 });
+            running.push(Running { deadline: virt + time[g], task: g });
         }
         let Some(first) = running.pop() else { break };
         virt = virt.max(first.deadline);
         done.clear();
-        done.push(first.group);
+        done.push(first.task as u32);
         while running.peek().is_some_and(|r| r.deadline <= virt) {
             if let Some(r) = running.pop() {
-                done.push(r.group);
+                done.push(r.task as u32);
             }
         }
         for &g in &done {
