@@ -182,13 +182,8 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     let Some((xs, reduced, _)) = domain else {
         return Err(unsupported(kernel, "a reduction kernel without a reduction"));
     };
-    let rank = xs.len();
-    let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
-    let kept_ext: Vec<usize> = kept.iter().map(|&d| xs[d]).collect();
-    let red_ext: Vec<usize> = reduced.iter().map(|&d| xs[d]).collect();
-    let rows: usize = kept_ext.iter().product();
-    let len: usize = red_ext.iter().product();
-    let xstr = Shape::new(xs.clone()).strides();
+    let layout = RowLayout::new(&xs, &reduced);
+    let (rows, len) = (layout.rows, layout.len);
     let numel = |v: ValueId| -> CudaResult<usize> {
         let val = value_checked(kernel, v)?;
         val.shape.numel().ok_or_else(|| unsupported(kernel, format!("shape {} overflows", val.shape)))
@@ -222,22 +217,8 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         e.line("__shared__ long long shl[32];");
     }
     e.line("const long long r = blockIdx.x;");
-    let base_terms: Vec<String> = kept
-        .iter()
-        .enumerate()
-        .filter(|&(t, _)| kept_ext[t] > 1)
-        .map(|(t, &d)| format!("{} * {}LL", coord(&kept_ext, t, "r"), xstr[d]))
-        .collect();
-    e.line(&format!("const long long base = {};", join_or_zero(&base_terms)));
-    let off = |j: &str| -> String {
-        let terms: Vec<String> = reduced
-            .iter()
-            .enumerate()
-            .filter(|&(t, _)| red_ext[t] > 1)
-            .map(|(t, &d)| format!("{} * {}LL", coord(&red_ext, t, j), xstr[d]))
-            .collect();
-        join_or_zero(&terms)
-    };
+    e.line(&format!("const long long base = {};", layout.base()));
+    let off = |j: &str| layout.offset(j);
     // One pass over the row accumulating `body(acc, element)` into a fresh `float` (or, `wide`, `long long` with
     // the element widened) initialised to `init`; returns the accumulator's name.
     let pass = |e: &mut Emitter<'_>,
@@ -421,35 +402,16 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     }
     let xs = x.shape.dims().to_vec();
     let (reduced, what) = reduction_of(kernel, red)?;
-    let rank = xs.len();
-    let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
-    let kept_ext: Vec<usize> = kept.iter().map(|&d| xs[d]).collect();
-    let red_ext: Vec<usize> = reduced.iter().map(|&d| xs[d]).collect();
-    let rows: usize = kept_ext.iter().product();
-    let len: usize = red_ext.iter().product();
-    let xstr = x.shape.strides();
+    let layout = RowLayout::new(&xs, &reduced);
+    let (rows, len) = (layout.rows, layout.len);
 
     let bufs = Buffers::of(kernel)?;
     let mut e = Emitter::new(kernel, &bufs, None)?;
     e.indent = 1;
     e.line(if integer { "__shared__ long long sh[32];" } else { "__shared__ float sh[32];" });
     e.line("const long long r = blockIdx.x;");
-    let base_terms: Vec<String> = kept
-        .iter()
-        .enumerate()
-        .filter(|&(t, _)| kept_ext[t] > 1)
-        .map(|(t, &d)| format!("{} * {}LL", coord(&kept_ext, t, "r"), xstr[d]))
-        .collect();
-    e.line(&format!("const long long base = {};", join_or_zero(&base_terms)));
-    let off = |j: &str| -> String {
-        let terms: Vec<String> = reduced
-            .iter()
-            .enumerate()
-            .filter(|&(t, _)| red_ext[t] > 1)
-            .map(|(t, &d)| format!("{} * {}LL", coord(&red_ext, t, j), xstr[d]))
-            .collect();
-        join_or_zero(&terms)
-    };
+    e.line(&format!("const long long base = {};", layout.base()));
+    let off = |j: &str| layout.offset(j);
     // One pass over the row: `body` turns the element (a C variable) into the statement that accumulates it.
     let pass = |e: &mut Emitter<'_>, acc: &str, init: &str, body: &dyn Fn(&str) -> String| -> CudaResult<()> {
         e.line(&format!("float {acc} = {init};"));
@@ -536,7 +498,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
             e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
             let i = e.def("long long", "i", &format!("base + {}", off(&j)));
             let v = e.at(xv, &i)?;
-            let norm_shape = red_ext.clone();
+            let norm_shape: Vec<usize> = layout.reduced.iter().map(|a| a.1).collect();
             let sidx = bcast_into(&mut e, &j, &norm_shape, value_checked(kernel, scale)?.shape.dims());
             let s = e.at(scale, &sidx)?;
             let mut res = format!("({v} - mean) * rstd * {s}");
@@ -563,6 +525,55 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
         launch: Launch::Rows { rows: rows as u64, block: ROW_BLOCK },
         blas: None,
     })
+}
+
+/// How a row kernel addresses its input: block `r` takes the row at the kept axes' coordinates of `r`, and
+/// reduced index `j` walks the reduced axes (size-1 axes contribute nothing). Shared by every row kernel.
+struct RowLayout {
+    /// Kept axes and their extents.
+    kept: Vec<(usize, usize)>,
+    /// Reduced axes and their extents.
+    reduced: Vec<(usize, usize)>,
+    /// Row-major strides of the input.
+    strides: Vec<usize>,
+    /// Number of rows (blocks).
+    rows: usize,
+    /// Elements per row.
+    len: usize,
+}
+
+impl RowLayout {
+    fn new(dims: &[usize], reduced: &[usize]) -> RowLayout {
+        let kept: Vec<(usize, usize)> =
+            (0..dims.len()).filter(|d| !reduced.contains(d)).map(|d| (d, dims[d])).collect();
+        let reduced: Vec<(usize, usize)> = reduced.iter().map(|&d| (d, dims[d])).collect();
+        let rows = kept.iter().map(|k| k.1).product();
+        let len = reduced.iter().map(|k| k.1).product();
+        RowLayout { kept, reduced, strides: Shape::new(dims.to_vec()).strides(), rows, len }
+    }
+
+    /// The C expression of the linear index, over the axes `axes`, of the element whose coordinates come from
+    /// the flat index variable `idx`.
+    fn linear(&self, axes: &[(usize, usize)], idx: &str) -> String {
+        let ext: Vec<usize> = axes.iter().map(|a| a.1).collect();
+        let terms: Vec<String> = axes
+            .iter()
+            .enumerate()
+            .filter(|&(_, a)| a.1 > 1)
+            .map(|(t, a)| format!("{} * {}LL", coord(&ext, t, idx), self.strides[a.0]))
+            .collect();
+        join_or_zero(&terms)
+    }
+
+    /// Offset of row `r`'s first element.
+    fn base(&self) -> String {
+        self.linear(&self.kept, "r")
+    }
+
+    /// Offset of reduced index `j` within a row.
+    fn offset(&self, j: &str) -> String {
+        self.linear(&self.reduced, j)
+    }
 }
 
 fn join_or_zero(terms: &[String]) -> String {
