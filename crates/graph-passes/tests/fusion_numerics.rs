@@ -12,7 +12,7 @@ mod fusion_util;
 use exec_sim::{check, CheckOptions, CheckReport, Schedule};
 use fusion_util::*;
 use graph_ir::{synth, ComputeGraph, Op};
-use graph_passes::fusion::{FusionCaps, FusionOptions};
+use graph_passes::fusion::FusionOptions;
 use graph_plan::{PlanOptions, TensorMap};
 use proptest::prelude::*;
 
@@ -28,20 +28,6 @@ fn assert_equal(g: &ComputeGraph, r: &CheckReport) {
     for o in &r.outputs {
         assert!(o.bitwise_equal, "{}: output '{}' differs: {o:?}", g.name(), o.name);
     }
-}
-
-fn caps_strategy() -> impl Strategy<Value = FusionCaps> {
-    (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
-        matmul_epilogue: b[0],
-        gemm_epilogue: b[1],
-        conv_epilogue: b[2],
-        pool_epilogue: b[3],
-        reduction_fusion: b[4],
-        multi_output: b[5],
-        injective_fusion: b[6],
-        max_inputs,
-        max_ops,
-    })
 }
 
 proptest! {

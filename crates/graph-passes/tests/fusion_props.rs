@@ -7,23 +7,9 @@ mod fusion_util;
 
 use fusion_util::*;
 use graph_ir::{synth, ComputeGraph};
-use graph_passes::fusion::{FusionCaps, FusionOptions};
+use graph_passes::fusion::FusionOptions;
 use graph_plan::{verify, ExecutionPlan, PlanOptions};
 use proptest::prelude::*;
-
-fn caps_strategy() -> impl Strategy<Value = FusionCaps> {
-    (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
-        matmul_epilogue: b[0],
-        gemm_epilogue: b[1],
-        conv_epilogue: b[2],
-        pool_epilogue: b[3],
-        reduction_fusion: b[4],
-        multi_output: b[5],
-        injective_fusion: b[6],
-        max_inputs,
-        max_ops,
-    })
-}
 
 /// Check the pass alone and through the whole pipeline with the same options.
 fn check_all(g: &ComputeGraph, opts: &FusionOptions, streams: usize) {

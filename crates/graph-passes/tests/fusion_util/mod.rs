@@ -402,3 +402,19 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
     }
     g
 }
+
+/// Any capability set: each fusion class on or off, op and input caps from small to generous.
+pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
+    use proptest::prelude::*;
+    (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+        matmul_epilogue: b[0],
+        gemm_epilogue: b[1],
+        conv_epilogue: b[2],
+        pool_epilogue: b[3],
+        reduction_fusion: b[4],
+        multi_output: b[5],
+        injective_fusion: b[6],
+        max_inputs,
+        max_ops,
+    })
+}
