@@ -50,6 +50,85 @@ impl Ord for Ready {
 /// Most entries (groups x streams) of the per-group vector clocks the scheduler keeps (256 MiB of `u32`).
 const MAX_CLOCK_ENTRIES: usize = 1 << 26;
 
+/// Vector clocks as the sync pass will compute them (`clock[s][j]`: latest position on stream j that stream s
+/// is known to follow), with each group's clock kept for later waits on it, so a scheduler can put a group where
+/// it needs the fewest new waits. Off (`track` false, every count 0) when the snapshots would be too large.
+struct WaitClocks {
+    k: usize,
+    track: bool,
+    clock: Vec<u32>,
+    snapshot: Vec<u32>,
+    seq: Vec<u32>,
+    count: Vec<u32>,
+    waits: Vec<u32>,
+}
+
+impl WaitClocks {
+    fn new(n: usize, k: usize) -> WaitClocks {
+        let track = n.saturating_mul(k) <= MAX_CLOCK_ENTRIES;
+        WaitClocks {
+            k,
+            track,
+            clock: vec![0u32; if track { k * k } else { 0 }],
+            snapshot: vec![0u32; if track { n * k } else { 0 }],
+            seq: vec![0u32; if track { n } else { 0 }],
+            count: vec![0u32; k],
+            waits: Vec::new(),
+        }
+    }
+
+    /// Whether stream `s` does not yet know that predecessor `p` has run.
+    fn needs(&self, p: u32, stream_of: &[u32], s: usize) -> bool {
+        let sp = stream_of[p as usize] as usize;
+        sp != s && self.clock[s * self.k + sp] < self.seq[p as usize]
+    }
+
+    /// New waits a group with predecessors `ps` would need on stream `s` (0 when not tracking).
+    fn new_waits(&self, ps: &[u32], stream_of: &[u32], s: usize) -> usize {
+        if !self.track {
+            return 0;
+        }
+        ps.iter().filter(|&&p| self.needs(p, stream_of, s)).count()
+    }
+
+    /// Launch group `g` on stream `pick`: take its needed waits latest first (by `position`, as the sync pass
+    /// takes them), skipping those an earlier one already implies, then stamp `g` and keep its clock.
+    fn launch(&mut self, g: usize, ps: &[u32], stream_of: &[u32], pick: usize, position: impl Fn(u32) -> u32) {
+        let k = self.k;
+        let mut waits = std::mem::take(&mut self.waits);
+        waits.clear();
+        waits.extend(ps.iter().copied().filter(|&p| self.needs(p, stream_of, pick)));
+        waits.sort_unstable_by_key(|&p| std::cmp::Reverse(position(p)));
+        for &p in &waits {
+            if !self.needs(p, stream_of, pick) {
+                continue;
+            }
+            for j in 0..k {
+                let v = self.snapshot[p as usize * k + j];
+                let c = &mut self.clock[pick * k + j];
+                *c = (*c).max(v);
+            }
+        }
+        self.waits = waits;
+        self.count[pick] += 1;
+        self.seq[g] = self.count[pick];
+        self.clock[pick * k + pick] = self.seq[g];
+        self.snapshot[g * k..g * k + k].copy_from_slice(&self.clock[pick * k..pick * k + k]);
+    }
+}
+
+/// Tie-break of a stream for a group: 0 when the stream last ran the group's chain predecessor, 1 when it last
+/// ran another of its predecessors, else 2.
+fn chain_rank(last: u32, chain_prev: u32, ps: &[u32]) -> u8 {
+    if last != u32::MAX && last == chain_prev {
+        0
+    } else if last != u32::MAX && ps.binary_search(&last).is_ok() {
+        1
+    } else {
+        2
+    }
+}
+
 /// The result: each group's stream and the submission order.
 pub struct Schedule {
     /// Stream of each group.
@@ -91,16 +170,8 @@ pub fn list_schedule(
     let mut done: Vec<u32> = Vec::new();
     let mut idle_count = k;
     let (mut load, mut running_count, mut blocked) = (0f64, 0usize, false);
-    // Vector clocks as the sync pass will compute them (clock[s][j]: latest position on stream j that stream s
-    // is known to follow), with each group's clock kept for later waits on it, so a group can go where it needs
-    // the fewest new waits. Skipped when the snapshots would be too large.
-    let track = n.saturating_mul(k) <= MAX_CLOCK_ENTRIES;
-    let mut clock = vec![0u32; if track { k * k } else { 0 }];
-    let mut snapshot = vec![0u32; if track { n * k } else { 0 }];
-    let mut seq = vec![0u32; if track { n } else { 0 }];
-    let mut count = vec![0u32; k];
-    let mut pos = vec![0u32; if track { n } else { 0 }];
-    let mut waits: Vec<u32> = Vec::new();
+    let mut clocks = WaitClocks::new(n, k);
+    let mut pos = vec![0u32; if clocks.track { n } else { 0 }];
     loop {
         while idle_count > 0 {
             let Some(&r) = ready.peek() else { break };
@@ -116,55 +187,13 @@ pub fn list_schedule(
             ready.pop();
             running_count += 1;
             let ps = preds.row(g);
-            let new_waits = |s: usize| -> usize {
-                if !track {
-                    return 0;
-                }
-                ps.iter()
-                    .filter(|&&p| {
-                        let sp = stream_of[p as usize] as usize;
-                        sp != s && clock[s * k + sp] < seq[p as usize]
-                    })
-                    .count()
-            };
             let pick = (0..k)
                 .filter(|&s| idle[s])
-                .min_by_key(|&s| {
-                    let l = last_on[s];
-                    let rank = if l != u32::MAX && l == prev[g] {
-                        0
-                    } else if l != u32::MAX && ps.binary_search(&l).is_ok() {
-                        1
-                    } else {
-                        2
-                    };
-                    (new_waits(s), rank, s)
-                })
+                .min_by_key(|&s| (clocks.new_waits(ps, &stream_of, s), chain_rank(last_on[s], prev[g], ps), s))
                 .unwrap_or(0);
-            if track {
-                // Waits latest first, as the sync pass takes them.
-                waits.clear();
-                waits.extend(ps.iter().copied().filter(|&p| {
-                    let sp = stream_of[p as usize] as usize;
-                    sp != pick && clock[pick * k + sp] < seq[p as usize]
-                }));
-                waits.sort_unstable_by(|a, b| pos[*b as usize].cmp(&pos[*a as usize]));
-                for &p in &waits {
-                    let sp = stream_of[p as usize] as usize;
-                    if clock[pick * k + sp] >= seq[p as usize] {
-                        continue;
-                    }
-                    for j in 0..k {
-                        let v = snapshot[p as usize * k + j];
-                        let c = &mut clock[pick * k + j];
-                        *c = (*c).max(v);
-                    }
-                }
-                count[pick] += 1;
-                seq[g] = count[pick];
+            if clocks.track {
+                clocks.launch(g, ps, &stream_of, pick, |p| pos[p as usize]);
                 pos[g] = order.len() as u32;
-                clock[pick * k + pick] = seq[g];
-                snapshot[g * k..g * k + k].copy_from_slice(&clock[pick * k..pick * k + k]);
             }
             idle[pick] = false;
             idle_count -= 1;
@@ -212,37 +241,12 @@ pub fn in_order(preds: &Csr, time: &[f64], prev: &[u32], k: usize) -> Vec<u32> {
     let mut finish = vec![0f64; n];
     let mut last_on: Vec<u32> = vec![u32::MAX; k];
     let mut stream_of = vec![0u32; n];
-    let track = n.saturating_mul(k) <= MAX_CLOCK_ENTRIES;
-    let mut clock = vec![0u32; if track { k * k } else { 0 }];
-    let mut snapshot = vec![0u32; if track { n * k } else { 0 }];
-    let mut seq = vec![0u32; if track { n } else { 0 }];
-    let mut count = vec![0u32; k];
-    let mut waits: Vec<u32> = Vec::new();
+    let mut clocks = WaitClocks::new(n, k);
     for g in 0..n {
         let ps = preds.row(g);
         let ready = ps.iter().map(|&p| finish[p as usize]).fold(0f64, f64::max);
-        let new_waits = |s: usize| -> usize {
-            if !track {
-                return 0;
-            }
-            ps.iter()
-                .filter(|&&p| {
-                    let sp = stream_of[p as usize] as usize;
-                    sp != s && clock[s * k + sp] < seq[p as usize]
-                })
-                .count()
-        };
         let key = |s: usize| {
-            let start = avail[s].max(ready);
-            let l = last_on[s];
-            let rank = if l != u32::MAX && l == prev[g] {
-                0
-            } else if l != u32::MAX && ps.binary_search(&l).is_ok() {
-                1
-            } else {
-                2
-            };
-            (start, new_waits(s), rank, s)
+            (avail[s].max(ready), clocks.new_waits(ps, &stream_of, s), chain_rank(last_on[s], prev[g], ps), s)
         };
         let mut pick = 0usize;
         let mut best = key(0);
@@ -253,28 +257,9 @@ pub fn in_order(preds: &Csr, time: &[f64], prev: &[u32], k: usize) -> Vec<u32> {
                 pick = s;
             }
         }
-        if track {
-            waits.clear();
-            waits.extend(ps.iter().copied().filter(|&p| {
-                let sp = stream_of[p as usize] as usize;
-                sp != pick && clock[pick * k + sp] < seq[p as usize]
-            }));
-            waits.sort_unstable_by(|a, b| b.cmp(a));
-            for &p in &waits {
-                let sp = stream_of[p as usize] as usize;
-                if clock[pick * k + sp] >= seq[p as usize] {
-                    continue;
-                }
-                for j in 0..k {
-                    let v = snapshot[p as usize * k + j];
-                    let c = &mut clock[pick * k + j];
-                    *c = (*c).max(v);
-                }
-            }
-            count[pick] += 1;
-            seq[g] = count[pick];
-            clock[pick * k + pick] = seq[g];
-            snapshot[g * k..g * k + k].copy_from_slice(&clock[pick * k..pick * k + k]);
+        if clocks.track {
+            // Groups are scheduled in index order, so a group's index is its position.
+            clocks.launch(g, ps, &stream_of, pick, |p| p);
         }
         finish[g] = best.0 + time[g];
         avail[pick] = finish[g];
