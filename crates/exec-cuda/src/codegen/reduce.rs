@@ -346,18 +346,7 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     }
     let body = std::mem::take(&mut e.out);
     let helpers = if integer { format!("{BLOCK_HELPERS}{BLOCK_HELPERS_I64}") } else { BLOCK_HELPERS.to_owned() };
-    let source =
-        format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
-    Ok(KernelSource {
-        kernel: kernel.id,
-        name: kernel.name.clone(),
-        entry: ENTRY.to_owned(),
-        source,
-        params: bufs.params(),
-        args: bufs.list.clone(),
-        launch: Launch::Rows { rows: rows as u64, block: ROW_BLOCK },
-        blas: None,
-    })
+    Ok(row_kernel_source(kernel, &bufs, &helpers, &body, rows))
 }
 
 /// What one row kernel computes.
@@ -513,9 +502,14 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     }
     let body = std::mem::take(&mut e.out);
     let helpers = if integer { BLOCK_HELPERS_I64 } else { BLOCK_HELPERS };
+    Ok(row_kernel_source(kernel, &bufs, helpers, &body, rows))
+}
+
+/// The source of a row kernel (one block per row) from its helpers and body.
+fn row_kernel_source(kernel: &Kernel, bufs: &Buffers, helpers: &str, body: &str, rows: usize) -> KernelSource {
     let source =
         format!("{PRELUDE}{helpers}\nextern \"C\" __global__ void {ENTRY}({}) {{\n{body}}}\n", bufs.signature());
-    Ok(KernelSource {
+    KernelSource {
         kernel: kernel.id,
         name: kernel.name.clone(),
         entry: ENTRY.to_owned(),
@@ -524,7 +518,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
         args: bufs.list.clone(),
         launch: Launch::Rows { rows: rows as u64, block: ROW_BLOCK },
         blas: None,
-    })
+    }
 }
 
 /// How a row kernel addresses its input: block `r` takes the row at the kept axes' coordinates of `r`, and
