@@ -243,7 +243,7 @@ pub fn group_grid(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceProfi
             .iter()
             .find_map(|&n| match &graph.node(n).op {
                 Op::Custom(c) => {
-                    let blocks = c.grid.iter().map(|&d| d.max(1) as u64).product::<u64>();
+                    let blocks = c.grid.iter().map(|&d| d.max(1) as u64).fold(1u64, u64::saturating_mul);
                     let threads = c.block.iter().map(|&d| d.max(1)).product::<u32>();
                     Some(Grid { blocks, threads: threads.clamp(1, 1024), tiles_per_sm: None })
                 }
@@ -285,7 +285,7 @@ fn anchor_grid(graph: &ComputeGraph, n: NodeId, device: &DeviceProfile) -> Optio
                 1 => (1, od[0] as u64),
                 r => (od[r - 2] as u64, od[r - 1] as u64),
             };
-            let batch = od.iter().rev().skip(2).map(|&d| d as u64).product::<u64>();
+            let batch = od.iter().rev().skip(2).map(|&d| d as u64).fold(1u64, u64::saturating_mul);
             Some(gemm_grid(batch, m, nn, k, device))
         }
         Op::Gemm { trans_a, .. } => {
@@ -297,7 +297,7 @@ fn anchor_grid(graph: &ComputeGraph, n: NodeId, device: &DeviceProfile) -> Optio
             let w = shape(1)?.dims();
             let group = attrs.group.max(1) as u64;
             let cout = *w.first()? as u64;
-            let k = w[1..].iter().map(|&d| d as u64).product::<u64>();
+            let k = w[1..].iter().map(|&d| d as u64).fold(1u64, u64::saturating_mul);
             let m = numel(out) / cout.max(1);
             Some(gemm_grid(group, m, cout / group, k, device))
         }
@@ -338,7 +338,8 @@ fn reduction_rows(graph: &ComputeGraph, n: NodeId) -> (u64, u64) {
         },
         _ => reduced.iter_mut().skip(rank.saturating_sub(1)).for_each(|r| *r = true),
     }
-    let len = dims.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&d, _)| d as u64).product::<u64>().max(1);
+    let len =
+        dims.iter().zip(&reduced).filter(|(_, &r)| r).map(|(&d, _)| d as u64).fold(1u64, u64::saturating_mul).max(1);
     (len, (total / len).max(1))
 }
 
