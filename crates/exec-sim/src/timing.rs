@@ -69,10 +69,13 @@ pub struct TimingReport {
     pub overhead: LaunchMode,
     /// Time at which the last step ends.
     pub makespan_us: f64,
-    /// `max(critical_path_us, area_us)`.
+    /// `max(energy_us, area_us)`: no schedule of these launches on these streams does better.
     pub bound_us: f64,
     /// Longest chain of durations along stream order and Record -> Wait.
     pub critical_path_us: f64,
+    /// The energetic path (`graph_passes::timing`): the critical path, lengthened where launches between two
+    /// ordered ones share the device; at least `critical_path_us`.
+    pub energy_us: f64,
     /// Sum over launches of duration x occupancy.
     pub area_us: f64,
     /// Per stream (indexed by stream), the time it spends running launches and copies.
@@ -180,6 +183,7 @@ pub fn simulate(plan: &ExecutionPlan, opts: &TimingOptions) -> Result<TimingRepo
         makespan_us: tl.makespan_us,
         bound_us: tl.bound.bound_us,
         critical_path_us: tl.bound.critical_path_us,
+        energy_us: tl.bound.energy_us,
         area_us: tl.bound.area_us,
         stream_busy_us,
         launches,

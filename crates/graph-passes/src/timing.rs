@@ -13,12 +13,23 @@
 //! virtual deadlines; each start or finish is one event. O(T log T + D) for T tasks and D dependencies, with no
 //! floating-point drift between tasks that run together.
 //!
-//! **The bound** ([`MakespanBound`]): `max(critical path, area)`, where the critical path is the longest path
-//! of launch times (duration plus overhead) and the area is the sum of launch time x occupancy. The device
-//! never delivers more than one device-second per second, and no task runs faster than alone, so no schedule
-//! does better. [`simulate`] reports the bound of the given streams (its critical path follows stream order
-//! and dependencies) and never returns less; [`dag_bound`] follows the dependencies alone, the bound of any
-//! assignment to streams, which is what a stream assignment is judged against.
+//! **The bound** ([`MakespanBound`]): `max(energetic path, area)`. The area is the sum of launch time x
+//! occupancy: the device never delivers more than one device-second per second. The critical path is the
+//! longest path of launch times (duration plus overhead): no task runs faster than alone. Those two terms are
+//! DESIGN.md section 5's bound; alone they miss that launches which must run between two ordered launches
+//! share one device (three GEMMs of 0.73 occupancy each between a LayerNorm and the attention that reads all
+//! three take at least their summed area, not one GEMM's time). The **energetic path** adds that: a lower
+//! bound `H(v)` on each task's start, the largest of `H(p) + time(p)` over its predecessors and of
+//! `H(d) + time(d) + area(d..v)` over its ancestors `d` in a window, where `area(d..v)` sums the tasks that
+//! descend from `d` and lead to `v` (they all run after `d` ends and before `v` starts); the bound is the
+//! largest `H(v) + tail(v)`, `tail` being the longest path from `v`'s start to the end. It is at least the
+//! critical path and never more than any schedule of the fluid relaxation (any sharing of the device in
+//! which no task runs faster than alone), of which processor sharing is one, so no schedule does better.
+//! The window is 64 tasks, narrowed so that its O(T w^2) cost stays under a fixed budget on large lists
+//! (paths that leave the window are not followed: smaller sums, still a bound). [`simulate`] reports the
+//! bound of the given streams (its paths follow stream order and dependencies) and never returns less;
+//! [`dag_bound`] follows the dependencies alone, the bound of any assignment to streams, which is what a
+//! stream assignment is judged against.
 //!
 //! Launch overhead is modelled as DESIGN.md section 5 states it: part of each launch's time, shared like the
 //! rest (inside a CUDA graph the front end dispatches launches of independent branches concurrently). Eager
@@ -137,7 +148,11 @@ pub struct MakespanBound {
     pub critical_path_us: f64,
     /// Sum over tasks of launch time x occupancy.
     pub area_us: f64,
-    /// `max(critical_path_us, area_us)`.
+    /// The energetic path bound (module docs): the critical path, lengthened where the tasks between two
+    /// ordered tasks need more device time than the longest path between them; `>= critical_path_us`.
+    #[serde(default)]
+    pub energy_us: f64,
+    /// `max(energy_us, area_us)` (which is at least `max(critical_path_us, area_us)`).
     pub bound_us: f64,
     /// The tasks of one longest path, first to last.
     pub critical_path: Vec<TaskId>,
@@ -283,6 +298,8 @@ pub fn dag_bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, Timi
 fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> MakespanBound {
     let (streams, stream_of) = compact_streams(tasks);
     let mut last_on: Vec<Option<usize>> = vec![None; streams.len()];
+    // Each task's predecessors: its dependencies and, when stream order counts, the task before it on its stream.
+    let mut preds: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
     // finish[i]: longest path ending with task i; via[i]: its predecessor on that path.
     let mut finish = vec![0f64; tasks.len()];
     let mut via: Vec<Option<usize>> = vec![None; tasks.len()];
@@ -292,9 +309,12 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
         let time = t.duration_us + overhead_us;
         area += time * t.occupancy;
         let s = stream_of[i];
-        let mut from = if stream_order { last_on[s] } else { None };
-        for d in &t.deps {
-            let d = d.index();
+        let mut ps: Vec<usize> = t.deps.iter().map(|d| d.index()).collect();
+        if stream_order {
+            ps.extend(last_on[s]);
+        }
+        let mut from: Option<usize> = None;
+        for &d in &ps {
             if from.is_none_or(|f| finish[d] > finish[f]) {
                 from = Some(d);
             }
@@ -302,6 +322,7 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
         finish[i] = from.map_or(0.0, |f| finish[f]) + time;
         via[i] = from;
         last_on[s] = Some(i);
+        preds.push(ps);
         if best.is_none_or(|b| finish[i] > finish[b]) {
             best = Some(i);
         }
@@ -314,7 +335,87 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
     }
     path.reverse();
     let cp = best.map_or(0.0, |b| finish[b]);
-    MakespanBound { critical_path_us: cp, area_us: area, bound_us: cp.max(area), critical_path: path }
+    let energy = energy_bound(tasks, overhead_us, &preds).max(cp);
+    MakespanBound {
+        critical_path_us: cp,
+        area_us: area,
+        energy_us: energy,
+        bound_us: energy.max(area),
+        critical_path: path,
+    }
+}
+
+/// Most `tasks x window^2` steps [`energy_bound`] spends; the window shrinks on large task lists to stay within.
+const ENERGY_BUDGET: usize = 1 << 24;
+
+/// The energetic path bound (module docs): the longest `H(v) + tail(v)`, where `tail(v)` is the longest path
+/// from `v`'s start to the end and `H(v)` a lower bound on `v`'s start: the longest of `H(p) + time(p)` over
+/// its predecessors `p` and of `H(d) + time(d) + area(between)` over its ancestors `d` in a window of the
+/// `w` tasks before it, `between` being the tasks that descend from `d` and lead to `v` (all of them run
+/// after `d` ends and before `v` starts, and the device does at most one unit of area per unit of time).
+/// Ancestry is known through the window only (paths that leave it are not followed), which can only lower the
+/// sums, so the bound stays valid. O(T w^2) with `w <= 64` chosen so that `T w^2 <= ENERGY_BUDGET`.
+fn energy_bound(tasks: &[Task], overhead_us: f64, preds: &[Vec<usize>]) -> f64 {
+    let n = tasks.len();
+    let time: Vec<f64> = tasks.iter().map(|t| t.duration_us + overhead_us).collect();
+    let mut tail = time.clone();
+    for v in (0..n).rev() {
+        for &p in &preds[v] {
+            tail[p] = tail[p].max(time[p] + tail[v]);
+        }
+    }
+    let w = ((ENERGY_BUDGET / n.max(1)) as f64).sqrt() as usize;
+    let w = w.min(64);
+    let area: Vec<f64> = tasks.iter().zip(&time).map(|(t, &d)| d * t.occupancy).collect();
+    // anc[v] bit j: task v - 1 - j is an ancestor of v (through paths inside the window).
+    let mut anc = vec![0u64; n];
+    let mut head = vec![0f64; n];
+    let mut acc = [0f64; 64];
+    let mut best = 0f64;
+    for v in 0..n {
+        let mut h = 0f64;
+        let mut bits = 0u64;
+        for &p in &preds[v] {
+            h = h.max(head[p] + time[p]);
+            let dist = v - p;
+            if dist <= w {
+                bits |= 1u64 << (dist - 1);
+                if dist < 64 {
+                    bits |= anc[p] << dist;
+                }
+            }
+        }
+        if w < 64 && w > 0 {
+            bits &= (1u64 << w) - 1;
+        } else if w == 0 {
+            bits = 0;
+        }
+        anc[v] = bits;
+        // acc[j]: area of the window's tasks that descend from task v - 1 - j and lead to v.
+        let mut xs = bits;
+        while xs != 0 {
+            let i = xs.trailing_zeros() as usize;
+            xs &= xs - 1;
+            let x = v - 1 - i;
+            let mut ds = if i + 1 < 64 { (anc[x] << (i + 1)) & bits } else { 0 };
+            while ds != 0 {
+                let j = ds.trailing_zeros() as usize;
+                ds &= ds - 1;
+                acc[j] += area[x];
+            }
+        }
+        let mut ds = bits;
+        while ds != 0 {
+            let j = ds.trailing_zeros() as usize;
+            ds &= ds - 1;
+            let d = v - 1 - j;
+            h = h.max(head[d] + time[d] + acc[j]);
+            acc[j] = 0.0;
+        }
+        head[v] = h;
+        best = best.max(h + tail[v]);
+    }
+    best
 }
 
 /// A running task in the heap: ordered by virtual deadline, earliest first, then by id (also the stream

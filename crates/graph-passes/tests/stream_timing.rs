@@ -117,6 +117,57 @@ fn bad_tasks_are_named() {
     assert_eq!(timing::simulate(&[], 0.0).unwrap().makespan_us, 0.0);
 }
 
+#[test]
+fn gemms_between_two_launches_cost_their_area() {
+    // A LayerNorm-like launch, three GEMMs of 0.75 occupancy that all read it, a join that reads all three,
+    // and a small independent launch elsewhere (so the area alone is not the answer).
+    let tasks = vec![
+        task(0, 2.0, 0.1, &[]),
+        task(0, 4.0, 0.75, &[0]),
+        task(1, 4.0, 0.75, &[0]),
+        task(2, 4.0, 0.75, &[0]),
+        task(0, 1.0, 0.5, &[1, 2, 3]),
+        task(3, 30.0, 0.01, &[]),
+    ];
+    let b = timing::dag_bound(&tasks, 0.0).unwrap();
+    // Critical path 2 + 4 + 1 (and the lone launch's 30); area 0.2 + 9 + 0.5 + 0.3 = 10.
+    assert!(close(b.critical_path_us, 30.0));
+    assert!(close(b.area_us, 10.0));
+    // The GEMMs run after the first launch ends and before the join starts: 2 + 9 + 1 = 12.
+    let chain = vec![
+        task(0, 2.0, 0.1, &[]),
+        task(0, 4.0, 0.75, &[0]),
+        task(1, 4.0, 0.75, &[0]),
+        task(2, 4.0, 0.75, &[0]),
+        task(0, 1.0, 0.5, &[1, 2, 3]),
+    ];
+    let c = timing::dag_bound(&chain, 0.0).unwrap();
+    assert!(close(c.critical_path_us, 7.0));
+    assert!(close(c.energy_us, 12.0));
+    assert!(close(c.bound_us, 12.0));
+    // Three streams, all GEMMs at once: they share the device (load 2.25) and end together at 2 + 9.
+    let t = timing::simulate(&chain, 0.0).unwrap();
+    assert!(close(t.makespan_us, 12.0));
+    assert!(close(t.ratio_to_bound(), 1.0));
+    // With overhead every launch is longer by it, area included.
+    let o = timing::dag_bound(&chain, 1.0).unwrap();
+    assert!(close(o.energy_us, 3.0 + 15.0 * 0.75 + 2.0));
+}
+
+#[test]
+fn energetic_bound_follows_stream_order_in_simulate() {
+    // Two launches on one stream, then a third on another stream that waits for the second: stream order
+    // makes the first an ancestor of the third, so the second's area counts between them.
+    let tasks = vec![task(0, 1.0, 1.0, &[]), task(0, 5.0, 0.5, &[]), task(1, 1.0, 1.0, &[1])];
+    let t = timing::simulate(&tasks, 0.0).unwrap();
+    assert!(close(t.bound.critical_path_us, 7.0));
+    assert!(close(t.bound.energy_us, 7.0));
+    assert!(close(t.makespan_us, 7.0));
+    // Without stream order the three are a fork of two roots: the bound is the longer chain, 6.
+    let d = timing::dag_bound(&tasks, 0.0).unwrap();
+    assert!(close(d.bound_us, 6.0));
+}
+
 fn arb_tasks() -> impl Strategy<Value = Vec<Task>> {
     prop::collection::vec(
         (0u32..4, 0.0f64..20.0, 0.01f64..1.0, prop::collection::vec(any::<prop::sample::Index>(), 0..3)),
@@ -155,6 +206,16 @@ proptest! {
             last.insert(task.stream, i);
         }
         prop_assert!(t.makespan_us + eps >= t.bound.bound_us);
+        prop_assert!(t.bound.energy_us + eps >= t.bound.critical_path_us);
+        prop_assert!(t.bound.bound_us + eps >= t.bound.area_us);
+        // The dependency-only bound holds for this stream assignment and for one stream per task.
+        let d = timing::dag_bound(&tasks, overhead).unwrap();
+        prop_assert!(t.makespan_us + eps >= d.bound_us);
+        let spread: Vec<Task> =
+            tasks.iter().enumerate().map(|(i, x)| Task { stream: StreamId(i as u32), ..x.clone() }).collect();
+        let u = timing::simulate(&spread, overhead).unwrap();
+        prop_assert!(u.makespan_us + eps >= d.bound_us);
+        prop_assert!(t.bound.bound_us + eps >= d.bound_us);
         let serial: f64 = tasks.iter().map(|x| x.duration_us + overhead).sum();
         prop_assert!(t.makespan_us <= serial + eps);
         let busy: f64 = t.stream_busy_us.iter().map(|x| x.1).sum();

@@ -485,6 +485,8 @@ pub fn linearise(
         makespan_us: 0.0,
         makespan_bound_us: 0.0,
         critical_path_us: 0.0,
+        area_us: 0.0,
+        simple_bound_us: 0.0,
         data_bound_us: 0.0,
         one_stream_us: 0.0,
         stream_limit_bound_us: 0.0,
@@ -540,6 +542,8 @@ pub fn linearise(
     plan.stats.makespan_us = t.makespan_us;
     plan.stats.makespan_bound_us = b.bound_us;
     plan.stats.critical_path_us = b.critical_path_us;
+    plan.stats.area_us = b.area_us;
+    plan.stats.simple_bound_us = b.critical_path_us.max(b.area_us);
     plan.stats.one_stream_us = t.serial_us;
     plan.stats.stream_limit_bound_us = b.bound_us.max(t.serial_us / opts.max_streams.max(1) as f64);
     Ok(plan)

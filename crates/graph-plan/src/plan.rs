@@ -259,13 +259,20 @@ pub struct PlanStats {
     /// Modelled makespan of one graph replay (the timing evaluator on the plan's steps, graph-replay overhead).
     #[serde(default)]
     pub makespan_us: f64,
-    /// Lower bound on the makespan of any stream assignment: max(critical path of the group DAG, sum of launch
-    /// time x occupancy) (DESIGN.md 5).
+    /// Lower bound on the makespan of any stream assignment: max(energetic path of the group DAG, sum of launch
+    /// time x occupancy), at least DESIGN.md 5's `simple_bound_us` (`graph_passes::timing`'s module docs).
     #[serde(default)]
     pub makespan_bound_us: f64,
-    /// Longest path of launch times over the group DAG (data and reuse edges): the bound's first term.
+    /// Longest path of launch times over the group DAG (data and reuse edges).
     #[serde(default)]
     pub critical_path_us: f64,
+    /// Sum over launches of launch time x occupancy: the device time the work needs.
+    #[serde(default)]
+    pub area_us: f64,
+    /// DESIGN.md 5's bound as written, max(`critical_path_us`, `area_us`); `makespan_bound_us` adds the energetic
+    /// path (launches that must run between two ordered launches share the device) and is never below it.
+    #[serde(default)]
+    pub simple_bound_us: f64,
     /// `makespan_bound_us` over the data edges alone (no reuse edges): against `makespan_bound_us` it says what
     /// the memory plan's reuse costs the best possible schedule.
     #[serde(default)]

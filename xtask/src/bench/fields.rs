@@ -40,7 +40,7 @@ pub struct StatField {
 }
 
 /// The `PlanStats` fields of the "Plan statistics" table, in column order.
-pub const STAT_FIELDS: [StatField; 12] = [
+pub const STAT_FIELDS: [StatField; 13] = [
     StatField { name: "reuse_edges", header: "reuse edges", unit: Unit::Count, added_by: "the memory issue" },
     StatField {
         name: "reuse_edges_added",
@@ -53,6 +53,7 @@ pub const STAT_FIELDS: [StatField; 12] = [
     StatField { name: "waits", header: "waits", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "chains", header: "chains", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "critical_path_us", header: "critical path us", unit: Unit::Us, added_by: "the streams issue" },
+    StatField { name: "simple_bound_us", header: "DESIGN bound us", unit: Unit::Us, added_by: "the streams issue" },
     StatField { name: "one_stream_us", header: "1-stream us", unit: Unit::Us, added_by: "the streams issue" },
     StatField { name: "data_bound_us", header: "data-only bound us", unit: Unit::Us, added_by: "the memory issue" },
     StatField {
@@ -224,7 +225,7 @@ mod tests {
     fn absent_fields_print_na_with_the_issue_that_adds_them() {
         let rows = [map(&[("reuse_edges", 1234.0), ("bytes_moved", 3.0 * 1048576.0)])];
         assert_eq!(cell(&rows[0], &STAT_FIELDS[0]), "1,234");
-        assert_eq!(cell(&rows[0], &STAT_FIELDS[10]), "3.00");
+        assert_eq!(cell(&rows[0], &STAT_FIELDS[11]), "3.00");
         assert_eq!(cell(&rows[0], &MAKESPAN_BOUND), "n/a");
         assert_eq!(cell(&map(&[("critical_path_us", 12.345)]), &STAT_FIELDS[6]), "12.3");
         let notes = absent_notes(rows.iter(), &[STAT_FIELDS[0], MAKESPAN_BOUND], "PlanStats");
