@@ -178,66 +178,166 @@ fn timed<T>(pass: Pass, ms: &mut Vec<(String, f64)>, f: impl FnOnce() -> T) -> T
 }
 
 /// Run the passes up to and including `stop_after` (all of them when `None`).
+///
+/// With `OrderStrategy::Memory` the order is chosen by the pool it gives: the given order, the node-level
+/// memory-aware order (which may fuse differently), and memory-aware orders of either's fused groups
+/// (`graph_passes::order::memory_group_order`) are compared by the group-level bound, and the best is kept
+/// only when the memory pass confirms a lower `lower_bound_bytes` than the given order's (so the chosen
+/// order's bound never exceeds the given one's). Stopped before fusion, only the node-level order applies.
 pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option<Pass>) -> GraphResult<PipelineResult> {
     opts.validate()?;
     graph.validate()?;
     let stop = |p: Pass| stop_after == Some(p);
     let mut ms = Vec::new();
-    let mut topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;
-    let mut order_report = None;
-    if opts.order == OrderStrategy::Memory {
-        let (chosen, report) = order::memory_order(graph, &topo);
-        topo = chosen;
-        order_report = Some(report);
-    }
+    let topo = timed(Pass::Topo, &mut ms, || topo::analyse(graph))?;
     let mut r = PipelineResult {
         topo,
-        order_report,
+        order_report: None,
         liveness: None,
         fusion: None,
         memory: None,
         stream: None,
         pass_ms: Vec::new(),
     };
-    if stop(Pass::Topo) {
-        r.pass_ms = ms;
-        return Ok(r);
-    }
-    let live = timed(Pass::Liveness, &mut ms, || liveness::analyse(graph, &r.topo));
-    r.liveness = Some(live);
-    if stop(Pass::Liveness) {
-        r.pass_ms = ms;
-        return Ok(r);
-    }
+    let before_fusion = matches!(stop_after, Some(Pass::Topo | Pass::Liveness));
     let target = fusion::FusionTarget { streams: opts.max_streams, device: opts.device.clone() };
-    let fusion = timed(Pass::Fusion, &mut ms, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
-    #[cfg(debug_assertions)]
-    crate::checks::fusion(graph, &r.topo, &fusion)?;
-    r.fusion = Some(fusion);
-    if stop(Pass::Fusion) {
-        r.pass_ms = ms;
-        return Ok(r);
-    }
-    let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
     // With one stream every reuse is ordered anyway: the preference for DAG-ordered reuse would only cost time.
     let mopts = MemoryOptions {
         prefer_ordered_reuse: opts.memory.prefer_ordered_reuse && opts.max_streams > 1,
         ..opts.memory.clone()
     };
-    let mem = timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &mopts))?;
+    let mut chosen = None;
+    if opts.order == OrderStrategy::Memory {
+        if before_fusion {
+            let (order, report) = order::memory_order(graph, &r.topo);
+            r.topo = order;
+            r.order_report = Some(report);
+        } else {
+            let c = memory_ordered(graph, opts, &r.topo, &target, &mopts, &mut ms)?;
+            r.topo = c.topo;
+            r.order_report = Some(c.report);
+            chosen = Some((c.fusion, c.memory));
+        }
+    }
+    if stop(Pass::Topo) {
+        r.pass_ms = merge_ms(ms);
+        return Ok(r);
+    }
+    let live = timed(Pass::Liveness, &mut ms, || liveness::analyse(graph, &r.topo));
+    r.liveness = Some(live);
+    if stop(Pass::Liveness) {
+        r.pass_ms = merge_ms(ms);
+        return Ok(r);
+    }
+    let (fusion, mem) = match chosen {
+        Some((f, m)) => (f, Some(m)),
+        None => (timed(Pass::Fusion, &mut ms, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target)), None),
+    };
+    #[cfg(debug_assertions)]
+    crate::checks::fusion(graph, &r.topo, &fusion)?;
+    r.fusion = Some(fusion);
+    if stop(Pass::Fusion) {
+        r.pass_ms = merge_ms(ms);
+        return Ok(r);
+    }
+    let fusion = r.fusion.as_ref().ok_or_else(|| bug("fusion plan missing"))?;
+    let mem = match mem {
+        Some(m) => m,
+        None => timed(Pass::Memory, &mut ms, || memory::analyse(graph, &r.topo, fusion, &mopts))?,
+    };
     #[cfg(debug_assertions)]
     crate::checks::memory(&mem)?;
     r.memory = Some(mem);
     if stop(Pass::Memory) {
-        r.pass_ms = ms;
+        r.pass_ms = merge_ms(ms);
         return Ok(r);
     }
     let mem = r.memory.as_ref().ok_or_else(|| bug("memory plan missing"))?;
     let sopts = StreamOptions::new(opts.max_streams, opts.device.clone());
     let streams = timed(Pass::Stream, &mut ms, || stream::analyse(graph, fusion, mem, &sopts));
     r.stream = Some(streams);
-    r.pass_ms = ms;
+    r.pass_ms = merge_ms(ms);
     Ok(r)
+}
+
+/// Per-pass milliseconds with repeated passes (memory-aware ordering runs fusion and memory more than once)
+/// summed under one name, in first-run order.
+fn merge_ms(ms: Vec<(String, f64)>) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::with_capacity(ms.len());
+    for (name, t) in ms {
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some(e) => e.1 += t,
+            None => out.push((name, t)),
+        }
+    }
+    out
+}
+
+/// The order `OrderStrategy::Memory` settles on, with the fusion and memory plans made for it.
+struct MemoryOrdered {
+    topo: TopoOrder,
+    fusion: FusionPlan,
+    memory: MemoryPlan,
+    report: OrderReport,
+}
+
+/// Memory-aware ordering at plan level (see [`run_pipeline`]). The report's peaks are `lower_bound_bytes` of
+/// the given order's plan and of the chosen one's.
+fn memory_ordered(
+    graph: &ComputeGraph,
+    opts: &PlanOptions,
+    given: &TopoOrder,
+    target: &fusion::FusionTarget,
+    mopts: &MemoryOptions,
+    ms: &mut Vec<(String, f64)>,
+) -> GraphResult<MemoryOrdered> {
+    let a = mopts.alignment;
+    let fa = timed(Pass::Fusion, ms, || fusion::analyse_for(graph, given, &opts.fusion, target));
+    let given_model = order::group_peak_bytes(graph, given, &fa, a);
+    // (name, node order, fusion plan, group-level bound, proved optimal for its groups), the best below the
+    // given order's.
+    let mut best: Option<(&'static str, TopoOrder, FusionPlan, u64, bool)> = None;
+    let mut consider = |name: &'static str, topo: TopoOrder, f: FusionPlan, peak: u64, optimal: bool| {
+        if peak < best.as_ref().map_or(given_model, |b| b.3) {
+            best = Some((name, topo, f, peak, optimal));
+        }
+    };
+    let (plan, rep_given) = order::memory_group_order(graph, given, &fa, a);
+    if let Some((t, f)) = plan {
+        consider("group", t, f, rep_given.chosen_peak_bytes, rep_given.optimal);
+    }
+    let (node_topo, _) = order::memory_order(graph, given);
+    if node_topo.order != given.order {
+        let fb = timed(Pass::Fusion, ms, || fusion::analyse_for(graph, &node_topo, &opts.fusion, target));
+        let peak = order::group_peak_bytes(graph, &node_topo, &fb, a);
+        let (plan, rep) = order::memory_group_order(graph, &node_topo, &fb, a);
+        consider("node", node_topo, fb, peak, rep.optimal && rep.chosen_peak_bytes == peak);
+        if let Some((t, f)) = plan {
+            consider("node+group", t, f, rep.chosen_peak_bytes, rep.optimal);
+        }
+    }
+    let ma = timed(Pass::Memory, ms, || memory::analyse(graph, given, &fa, mopts))?;
+    let given_bound = ma.lower_bound_bytes;
+    if let Some((name, topo, fusion, _, optimal)) = best {
+        let mb = timed(Pass::Memory, ms, || memory::analyse(graph, &topo, &fusion, mopts))?;
+        if mb.lower_bound_bytes < given_bound {
+            let report = OrderReport {
+                given_peak_bytes: given_bound,
+                chosen_peak_bytes: mb.lower_bound_bytes,
+                chosen: name,
+                optimal,
+            };
+            tracing::debug!(given = given_bound, chosen = mb.lower_bound_bytes, strategy = name, "memory-aware order");
+            return Ok(MemoryOrdered { topo, fusion, memory: mb, report });
+        }
+    }
+    let report = OrderReport {
+        given_peak_bytes: given_bound,
+        chosen_peak_bytes: given_bound,
+        chosen: "given",
+        optimal: rep_given.optimal && rep_given.chosen_peak_bytes == given_model,
+    };
+    Ok(MemoryOrdered { topo: given.clone(), fusion: fa, memory: ma, report })
 }
 
 fn bug(what: &str) -> GraphError {
@@ -262,6 +362,11 @@ impl ExecutionPlan {
         let plan = timed(Pass::Linearise, &mut ms, || linearise(graph, opts, fusion, mem, streams))?;
         let mut plan = plan;
         plan.stats.pass_ms = ms;
+        if let Some(rep) = &r.order_report {
+            plan.stats.given_order_lower_bound_bytes = rep.given_peak_bytes;
+            plan.stats.order_chosen = rep.chosen.to_string();
+            plan.stats.order_optimal = rep.optimal;
+        }
         Ok(plan)
     }
 }
@@ -490,6 +595,9 @@ pub fn linearise(
         data_bound_us: 0.0,
         one_stream_us: 0.0,
         stream_limit_bound_us: 0.0,
+        given_order_lower_bound_bytes: mem.lower_bound_bytes,
+        order_chosen: "given".to_string(),
+        order_optimal: false,
         reuse_edges: mem.reuse_edges.len(),
         reuse_edges_added: mem.reuse_edges_not_implied,
         in_place_count: mem.in_place_count,

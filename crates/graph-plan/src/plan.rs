@@ -284,6 +284,18 @@ pub struct PlanStats {
     /// stream runs one launch at a time and no launch runs faster than alone.
     #[serde(default)]
     pub stream_limit_bound_us: f64,
+    /// `lower_bound_bytes` of the graph's given order: equal to `lower_bound_bytes` unless memory-aware ordering
+    /// chose another order, whose bound it then exceeds (the order's gain is the ratio of the two).
+    #[serde(default)]
+    pub given_order_lower_bound_bytes: u64,
+    /// The order the plan uses: `given`, or which memory-aware candidate won (`node`, `group`, `node+group`).
+    #[serde(default)]
+    pub order_chosen: String,
+    /// Memory-aware ordering's exact search finished on the plan's fused groups: no order of them has a lower
+    /// bound in its model (the pool bound without in-place handovers). False when ordering was not asked for or
+    /// the graph was too large or branchy for the search.
+    #[serde(default)]
+    pub order_optimal: bool,
     /// Reuse edges the memory plan requires.
     pub reuse_edges: usize,
     /// How many of `reuse_edges` the data edges do not already imply: the orderings reuse adds to the DAG (an

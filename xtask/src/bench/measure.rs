@@ -360,6 +360,46 @@ fn cuplan_fmt_count(n: usize) -> String {
     super::fmt::count(n as u64)
 }
 
+/// Memory-aware ordering on one graph (one stream, default options otherwise): the plan's pool bound in the
+/// graph's given order and in the order `OrderStrategy::Memory` chose.
+#[derive(Clone, Debug, Serialize)]
+pub struct OrderRow {
+    /// Graph name as reported.
+    pub name: String,
+    /// Nodes.
+    pub nodes: usize,
+    /// `lower_bound_bytes` of the given order (`PlanStats::given_order_lower_bound_bytes`).
+    pub given_bytes: u64,
+    /// `lower_bound_bytes` of the chosen order.
+    pub chosen_bytes: u64,
+    /// Which candidate won (`PlanStats::order_chosen`).
+    pub chosen: String,
+    /// The exact search proved the chosen order optimal for its fused groups (`PlanStats::order_optimal`).
+    pub optimal: bool,
+    /// Median milliseconds of the whole build with memory-aware ordering.
+    pub build_ms: f64,
+    /// The plan passed `graph_plan::verify`.
+    pub verified: bool,
+}
+
+/// Build `g` with `OrderStrategy::Memory` on one stream and read the ordering's figures off the plan.
+pub fn order_row(name: &str, g: &ComputeGraph, sampler: &Sampler) -> Result<OrderRow> {
+    let mut opts = PlanOptions::with_streams(1);
+    opts.order = graph_plan::OrderStrategy::Memory;
+    let (times, plan) = sampler.run(|| ExecutionPlan::build_with(g, &opts).with_context(|| name.to_string()))?;
+    let s = plan.stats();
+    Ok(OrderRow {
+        name: name.to_string(),
+        nodes: g.num_nodes(),
+        given_bytes: s.given_order_lower_bound_bytes,
+        chosen_bytes: s.lower_bound_bytes,
+        chosen: s.order_chosen.clone(),
+        optimal: s.order_optimal,
+        build_ms: medians(&times).0,
+        verified: graph_plan::verify(&plan).is_ok(),
+    })
+}
+
 /// The packing core on one MiniMalloc instance.
 #[derive(Clone, Debug, Serialize)]
 pub struct PackRow {

@@ -238,6 +238,25 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         r.packs.push(measure::pack_row(&inst, &sizes.small, sizes.pack_effort)?);
     }
 
+    // Memory-aware ordering: the shared models, every family at 2,000 nodes, and small random DAGs (where the
+    // exact search finishes).
+    for name in SHARED_MODELS {
+        let Some(path) = cuplan_benches::model_path(name) else { continue };
+        p.say(format_args!("memory order {name}"));
+        let model = graph_onnx::import_file(&path, &graph_onnx::ImportOptions::default())
+            .with_context(|| format!("importing {}", path.display()))?;
+        r.orders.push(measure::order_row(name, &model.graph, &sizes.small)?);
+    }
+    for f in Family::ALL {
+        p.say(format_args!("memory order {} at 2000 nodes", f.name()));
+        let g = f.build(2_000)?;
+        r.orders.push(measure::order_row(f.name(), &g, &sizes.small)?);
+    }
+    for seed in 0..3 {
+        let g = graph_ir::synth::random_dag(200, 3, seed)?;
+        r.orders.push(measure::order_row(&format!("random_dag 200 seed {seed}"), &g, &sizes.small)?);
+    }
+
     r.duration_s = started.elapsed().as_secs_f64();
     r.cpu_s = clock::cpu_ns().map(|ns| ns as f64 / 1e9);
     p.say("writing the report");
