@@ -799,17 +799,9 @@ pub fn slice_plan(
         } else {
             (norm(starts[k]).clamp(0, dim - 1), norm(ends[k]).clamp(-1, dim - 1))
         };
-        let count = if step > 0 {
-            if end > start {
-                (end - start + step - 1) / step
-            } else {
-                0
-            }
-        } else if start > end {
-            (start - end + (-step) - 1) / (-step)
-        } else {
-            0
-        };
+        // Ceiling division of the span by |step| without overflow (steps may be as large as i64 allows).
+        let span = if step > 0 { end - start } else { start - end };
+        let count = if span > 0 { (span.unsigned_abs() - 1) / step.unsigned_abs() + 1 } else { 0 };
         plan[a] = SliceAxis { start: if count == 0 { 0 } else { start }, step, count: count as usize };
     }
     Ok(plan)
@@ -1007,6 +999,12 @@ mod tests {
         assert_eq!(one(&on_empty, &[(F, s(&[0]))]), (F, vec![0]));
         let empty = Op::Slice { starts: vec![3], ends: vec![1], axes: None, steps: None };
         assert_eq!(one(&empty, &[(F, s(&[5]))]), (F, vec![0]));
+        // Steps at the ends of i64 take the first element (found by the reliability proptest: the ceiling
+        // division overflowed).
+        let huge = Op::Slice { starts: vec![1], ends: vec![5], axes: None, steps: Some(vec![i64::MAX]) };
+        assert_eq!(one(&huge, &[(F, s(&[5]))]), (F, vec![1]));
+        let huge_neg = Op::Slice { starts: vec![4], ends: vec![i64::MIN], axes: None, steps: Some(vec![i64::MIN]) };
+        assert_eq!(one(&huge_neg, &[(F, s(&[5]))]), (F, vec![1]));
         let zero = Op::Slice { starts: vec![0], ends: vec![1], axes: None, steps: Some(vec![0]) };
         assert!(matches!(inf(&zero, &[(F, s(&[5]))]), Err(InferError::Attr("steps", _))));
         assert_eq!(one(&Op::Concat { axis: 1 }, &[(F, s(&[2, 3])), (F, s(&[2, 5])), (F, s(&[2, 1]))]), (F, vec![2, 9]));
