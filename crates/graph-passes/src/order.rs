@@ -341,7 +341,8 @@ struct Found {
 }
 
 impl PeakModel {
-    /// The module docs' candidates: the given order, two greedy schedules, and the local search from the best.
+    /// The module docs' candidates: the given order, two greedy schedules, the local search from the best, and
+    /// the exact search below that.
     fn search(&self) -> Found {
         let n = self.n;
         let identity: Vec<u32> = (0..n as u32).collect();
@@ -380,8 +381,8 @@ impl PeakModel {
     /// Exact search (Serenity's dynamic programme over the sets of units already run): a state is a downset of
     /// the DAG, the bytes live after it depend on the set alone, and each state keeps the lowest peak of any
     /// order reaching it, layer by layer (sets of one size at a time). States whose peak reaches `upper` (a peak
-    /// some order already has) are dropped. Returns `None` when more than `max_states` states would be needed
-    /// (no answer); `Some(None)` when no order peaks below `upper` (so `upper` is optimal); `Some(Some(..))`
+    /// some order already has) are dropped. Returns `None` when more than `max_states` states or
+    /// `EXACT_WORK` work units would be needed (no answer); `Some(None)` when no order peaks below `upper` (so `upper` is optimal); `Some(Some(..))`
     /// with the optimal peak and an order reaching it otherwise. Chains of cut units keep the state count
     /// near the sum, not the product, of the branchy segments' counts. Deterministic.
     #[allow(clippy::type_complexity)] // (peak, order) inside the two levels of "no answer" and "nothing better"

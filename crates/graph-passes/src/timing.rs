@@ -298,8 +298,11 @@ pub fn dag_bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, Timi
 fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> MakespanBound {
     let (streams, stream_of) = compact_streams(tasks);
     let mut last_on: Vec<Option<usize>> = vec![None; streams.len()];
-    // Each task's predecessors: its dependencies and, when stream order counts, the task before it on its stream.
-    let mut preds: Vec<Vec<usize>> = Vec::with_capacity(tasks.len());
+    // Each task's predecessors (compressed rows): its dependencies and, when stream order counts, the task before
+    // it on its stream.
+    let mut pred_start: Vec<usize> = Vec::with_capacity(tasks.len() + 1);
+    let mut preds: Vec<u32> = Vec::with_capacity(tasks.iter().map(|t| t.deps.len() + 1).sum());
+    pred_start.push(0);
     // finish[i]: longest path ending with task i; via[i]: its predecessor on that path.
     let mut finish = vec![0f64; tasks.len()];
     let mut via: Vec<Option<usize>> = vec![None; tasks.len()];
@@ -309,20 +312,21 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
         let time = t.duration_us + overhead_us;
         area += time * t.occupancy;
         let s = stream_of[i];
-        let mut ps: Vec<usize> = t.deps.iter().map(|d| d.index()).collect();
+        preds.extend(t.deps.iter().map(|d| d.0));
         if stream_order {
-            ps.extend(last_on[s]);
+            preds.extend(last_on[s].map(|p| p as u32));
         }
         let mut from: Option<usize> = None;
-        for &d in &ps {
+        for &d in &preds[pred_start[i]..] {
+            let d = d as usize;
             if from.is_none_or(|f| finish[d] > finish[f]) {
                 from = Some(d);
             }
         }
+        pred_start.push(preds.len());
         finish[i] = from.map_or(0.0, |f| finish[f]) + time;
         via[i] = from;
         last_on[s] = Some(i);
-        preds.push(ps);
         if best.is_none_or(|b| finish[i] > finish[b]) {
             best = Some(i);
         }
@@ -335,7 +339,7 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
     }
     path.reverse();
     let cp = best.map_or(0.0, |b| finish[b]);
-    let energy = energy_bound(tasks, overhead_us, &preds).max(cp);
+    let energy = energy_bound(tasks, overhead_us, &pred_start, &preds).max(cp);
     MakespanBound {
         critical_path_us: cp,
         area_us: area,
@@ -354,13 +358,16 @@ const ENERGY_BUDGET: usize = 1 << 24;
 /// `w` tasks before it, `between` being the tasks that descend from `d` and lead to `v` (all of them run
 /// after `d` ends and before `v` starts, and the device does at most one unit of area per unit of time).
 /// Ancestry is known through the window only (paths that leave it are not followed), which can only lower the
-/// sums, so the bound stays valid. O(T w^2) with `w <= 64` chosen so that `T w^2 <= ENERGY_BUDGET`.
-fn energy_bound(tasks: &[Task], overhead_us: f64, preds: &[Vec<usize>]) -> f64 {
+/// sums, so the bound stays valid. `preds[pred_start[v]..pred_start[v + 1]]` are `v`'s predecessors. O(T w^2)
+/// with `w <= 64` chosen so that `T w^2 <= ENERGY_BUDGET`.
+fn energy_bound(tasks: &[Task], overhead_us: f64, pred_start: &[usize], preds: &[u32]) -> f64 {
     let n = tasks.len();
     let time: Vec<f64> = tasks.iter().map(|t| t.duration_us + overhead_us).collect();
     let mut tail = time.clone();
+    let row = |v: usize| &preds[pred_start[v]..pred_start[v + 1]];
     for v in (0..n).rev() {
-        for &p in &preds[v] {
+        for &p in row(v) {
+            let p = p as usize;
             tail[p] = tail[p].max(time[p] + tail[v]);
         }
     }
@@ -375,7 +382,8 @@ fn energy_bound(tasks: &[Task], overhead_us: f64, preds: &[Vec<usize>]) -> f64 {
     for v in 0..n {
         let mut h = 0f64;
         let mut bits = 0u64;
-        for &p in &preds[v] {
+        for &p in row(v) {
+            let p = p as usize;
             h = h.max(head[p] + time[p]);
             let dist = v - p;
             if dist <= w {
@@ -448,6 +456,16 @@ impl Ord for Running {
 
 /// Simulate `tasks` (in submission order) with `overhead_us` added to every launch.
 pub fn simulate(tasks: &[Task], overhead_us: f64) -> Result<Timeline, TimingError> {
+    simulate_with(tasks, overhead_us, true)
+}
+
+/// The simulated makespan of `tasks` alone, without computing the bound: for callers that compare many
+/// candidate schedules (the stream pass). Same value as `simulate(..).makespan_us`.
+pub fn simulate_makespan(tasks: &[Task], overhead_us: f64) -> Result<f64, TimingError> {
+    simulate_with(tasks, overhead_us, false).map(|t| t.makespan_us)
+}
+
+fn simulate_with(tasks: &[Task], overhead_us: f64, with_bound: bool) -> Result<Timeline, TimingError> {
     validate(tasks, overhead_us)?;
     let n = tasks.len();
     let (streams, stream_of) = compact_streams(tasks);
@@ -570,7 +588,7 @@ pub fn simulate(tasks: &[Task], overhead_us: f64) -> Result<Timeline, TimingErro
         start_us: start,
         end_us: end,
         makespan_us: makespan,
-        bound: bound_unchecked(tasks, overhead_us, true),
+        bound: if with_bound { bound_unchecked(tasks, overhead_us, true) } else { MakespanBound::default() },
         stream_busy_us: streams.into_iter().zip(busy).collect(),
         overhead_us,
         serial_us: tasks.iter().map(|t| t.duration_us + overhead_us).sum(),

@@ -356,7 +356,7 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
     for c in candidates {
         let plan = finish(full, &reduced, &c, window, chains.chains.len());
         let tasks = plan.ordered_tasks(&time, &occ);
-        let makespan = timing::simulate(&tasks, 0.0).map(|t| t.makespan_us).unwrap_or(f64::INFINITY);
+        let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
         let waits = plan.syncs.len();
         let better = match &best {
             None => true,
@@ -389,7 +389,7 @@ fn makespan_in_group_order(reduced: &Csr, stream_of: &[u32], time: &[f64], occ: 
                 .collect(),
         })
         .collect();
-    timing::simulate(&tasks, 0.0).map(|t| t.makespan_us).unwrap_or(f64::INFINITY)
+    timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY)
 }
 
 /// Improve a chain merge by local search under the timing model: chains in priority order (critical first),
