@@ -19,7 +19,9 @@ fn usage() -> &'static str {
         "  gpu-check [--prepare] [--allow-skip]\n",
         "      --prepare: build the bundle (PTX, models, reference outputs, run.sh) in target/gpu-check;\n",
         "      without it: run that bundle's checks on this machine's GPU\n",
-        "  fuzz [--seconds N]   (not yet available)",
+        "  fuzz [--seconds N] [--target NAME]... [--proptest] [--big]\n",
+        "      every cargo-fuzz target for N seconds (default 60), or their proptest equivalents, or the\n",
+        "      million-node pipeline tests in release (--big); `cargo xtask fuzz --help` for details",
     )
 }
 
@@ -33,7 +35,7 @@ fn main() -> Result<()> {
         Some("bench") => bench_task(&args[1..]),
         Some("gpu-check") => gpu_check::main(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
-        Some(other) => bail!("unknown or not yet available task {other:?}\n{}", usage()),
+        Some(other) => bail!("unknown task {other:?}\n{}", usage()),
     }
 }
 
@@ -50,6 +52,10 @@ fn bench_task(args: &[String]) -> Result<()> {
             "--quick" => opts.quick = true,
             "--no-ort" => opts.ort = false,
             "--record" => opts.record = true,
+            "--help" | "-h" => {
+                println!("{}", usage());
+                return Ok(());
+            }
             "--out" => opts.out = PathBuf::from(it.next().context("--out needs a directory")?),
             other => bail!("bench: unknown option {other:?}\n{}", usage()),
         }
