@@ -507,13 +507,6 @@ pub fn memory_order(graph: &ComputeGraph, given: &TopoOrder) -> (TopoOrder, Orde
     (order, report)
 }
 
-/// The pool's lower bound (DESIGN.md 5, aligned sizes, without in-place handovers) of `fusion`'s groups in
-/// their own order.
-pub fn group_peak_bytes(graph: &ComputeGraph, topo: &TopoOrder, fusion: &FusionPlan, alignment: u64) -> u64 {
-    let m = PeakModel::for_groups(graph, topo, fusion, alignment);
-    m.peak(&(0..m.n as u32).collect::<Vec<_>>())
-}
-
 /// Memory-aware ordering after fusion: the same search over `fusion`'s groups, where the peak counts only the
 /// buffers the pool holds (fused-away intermediates are gone) at their aligned sizes. Returns the plan with
 /// its groups renumbered into the chosen order and the node order that runs them (see [`reorder_groups`]),

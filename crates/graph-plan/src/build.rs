@@ -293,7 +293,8 @@ fn memory_ordered(
 ) -> GraphResult<MemoryOrdered> {
     let a = mopts.alignment;
     let fa = timed(Pass::Fusion, ms, || fusion::analyse_for(graph, given, &opts.fusion, target));
-    let given_model = order::group_peak_bytes(graph, given, &fa, a);
+    let (plan, rep_given) = order::memory_group_order(graph, given, &fa, a);
+    let given_model = rep_given.given_peak_bytes;
     // (name, node order, fusion plan, group-level bound, proved optimal for its groups), the best below the
     // given order's.
     let mut best: Option<(&'static str, TopoOrder, FusionPlan, u64, bool)> = None;
@@ -302,15 +303,14 @@ fn memory_ordered(
             best = Some((name, topo, f, peak, optimal));
         }
     };
-    let (plan, rep_given) = order::memory_group_order(graph, given, &fa, a);
     if let Some((t, f)) = plan {
         consider("group", t, f, rep_given.chosen_peak_bytes, rep_given.optimal);
     }
     let (node_topo, _) = order::memory_order(graph, given);
     if node_topo.order != given.order {
         let fb = timed(Pass::Fusion, ms, || fusion::analyse_for(graph, &node_topo, &opts.fusion, target));
-        let peak = order::group_peak_bytes(graph, &node_topo, &fb, a);
         let (plan, rep) = order::memory_group_order(graph, &node_topo, &fb, a);
+        let peak = rep.given_peak_bytes;
         consider("node", node_topo, fb, peak, rep.optimal && rep.chosen_peak_bytes == peak);
         if let Some((t, f)) = plan {
             consider("node+group", t, f, rep.chosen_peak_bytes, rep.optimal);
