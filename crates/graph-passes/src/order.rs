@@ -340,6 +340,18 @@ struct Found {
     optimal: bool,
 }
 
+impl Found {
+    /// The report of this search (the chosen candidate as found).
+    fn report(&self) -> OrderReport {
+        OrderReport {
+            given_peak_bytes: self.given,
+            chosen_peak_bytes: self.best,
+            chosen: self.name,
+            optimal: self.optimal,
+        }
+    }
+}
+
 impl PeakModel {
     /// The module docs' candidates: the given order, two greedy schedules, the local search from the best, and
     /// the exact search below that.
@@ -381,9 +393,9 @@ impl PeakModel {
     /// Exact search (Serenity's dynamic programme over the sets of units already run): a state is a downset of
     /// the DAG, the bytes live after it depend on the set alone, and each state keeps the lowest peak of any
     /// order reaching it, layer by layer (sets of one size at a time). States whose peak reaches `upper` (a peak
-    /// some order already has) are dropped. Returns `None` when more than `max_states` states or
-    /// `EXACT_WORK` work units would be needed (no answer); `Some(None)` when no order peaks below `upper` (so `upper` is optimal); `Some(Some(..))`
-    /// with the optimal peak and an order reaching it otherwise. Chains of cut units keep the state count
+    /// some order already has) are dropped. Returns `None` when more than `max_states` states or `EXACT_WORK`
+    /// work units would be needed (no answer); `Some(None)` when no order peaks below `upper` (so `upper` is
+    /// optimal); `Some(Some(..))` with the optimal peak and an order reaching it otherwise. Chains of cut units keep the state count
     /// near the sum, not the product, of the branchy segments' counts. Deterministic.
     #[allow(clippy::type_complexity)] // (peak, order) inside the two levels of "no answer" and "nothing better"
     fn exact(&self, upper: u64, max_states: usize) -> Option<Option<(u64, Vec<u32>)>> {
@@ -486,12 +498,7 @@ pub fn memory_order(graph: &ComputeGraph, given: &TopoOrder) -> (TopoOrder, Orde
     let _span = tracing::debug_span!("order").entered();
     let m = PeakModel::new(graph, given);
     let found = m.search();
-    let report = OrderReport {
-        given_peak_bytes: found.given,
-        chosen_peak_bytes: found.best,
-        chosen: found.name,
-        optimal: found.optimal,
-    };
+    let report = found.report();
     let order = match found.seq {
         None => given.clone(),
         Some(seq) => {
@@ -521,12 +528,7 @@ pub fn memory_group_order(
     let _span = tracing::debug_span!("group_order").entered();
     let m = PeakModel::for_groups(graph, topo, fusion, alignment);
     let found = m.search();
-    let mut report = OrderReport {
-        given_peak_bytes: found.given,
-        chosen_peak_bytes: found.best,
-        chosen: found.name,
-        optimal: found.optimal,
-    };
+    let mut report = found.report();
     let plan = found.seq.and_then(|seq| {
         let order: Vec<GroupId> = seq.iter().map(|&g| GroupId(g)).collect();
         reorder_groups(graph, topo, fusion, &order)
@@ -573,13 +575,8 @@ pub fn reorder_groups(
         if group_of.contains_key(v) {
             continue;
         }
-        match graph.node(v).inputs.first().and_then(|&t| graph.producer(t)) {
-            Some(p) => match followers.get_mut(p) {
-                Some(list) => list.push(v),
-                None => {
-                    followers.insert(p, vec![v]);
-                }
-            },
+        match graph.node(v).inputs.first().and_then(|&t| graph.producer(t)).and_then(|p| followers.entry(p)) {
+            Some(entry) => entry.or_default().push(v),
             None => lead.push(v),
         }
     }
