@@ -4,7 +4,7 @@
     g = cuplan.load("models/resnet50.onnx")
     p = cuplan.plan(g, streams=4)
     print(p.report()["pool_bytes"], p.verify())
-    out = cuplan.Simulator(p).run({"x": np.ones((1, 3, 224, 224), np.float32)}, schedule="random", seed=5)
+    out = cuplan.Simulator(p).run({"pixels": np.ones((1, 3, 224, 224), np.float32)}, schedule="random", seed=5)
 
 Every user error raises a ``CuplanError`` (a ``ValueError``) carrying the message the ``cuplan`` command line
 prints: ``GraphError`` when loading, ``PlanError`` when planning, ``RunError`` when running.
