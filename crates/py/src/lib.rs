@@ -455,8 +455,10 @@ macro_rules! le_bytes {
 /// executor then reports a mismatch as the CLI does); other values go through `numpy.asarray(value, dtype)`.
 fn host_tensor(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>, want: DType) -> PyResult<HostTensor> {
     let np = PyModule::import(py, "numpy")?;
-    let arr = if value.cast::<PyUntypedArray>().is_ok() {
-        value.clone()
+    let arr = if let Ok(a) = value.cast::<PyUntypedArray>() {
+        // Native byte order (a big-endian array is converted; a native one passes through without a copy).
+        let native = a.dtype().call_method1("newbyteorder", ("=",))?;
+        np.getattr("asarray")?.call1((a, native))?
     } else {
         np.getattr("asarray")?.call1((value, np_name(want))).map_err(|e| {
             RunError::new_err(format!("input '{name}': cannot convert to a {} array: {e}", np_name(want)))

@@ -101,3 +101,10 @@ def test_missing_inputs_get_seeded_values_like_the_cli():
     other = sim.run(seed=4)["y"]
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
+
+
+def test_big_endian_arrays_are_read_by_value():
+    a = np.arange(6, dtype=">f4").reshape(2, 3)
+    b = np.ones((2, 3), "<f4")
+    y = run_binary("Add", "f32", a, b)
+    np.testing.assert_array_equal(y, a.astype(np.float32) + 1)
