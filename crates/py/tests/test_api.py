@@ -51,7 +51,10 @@ def test_plan_figures_are_consistent():
     assert 1 <= p.num_streams <= 4
     launches = sum(1 for s in steps if "Launch" in s)
     assert launches == p.kernel_count_fused
-    assert p.compute_steps() == sum(1 for s in steps if "Launch" in s or "Copy" in s)
+    copies = sum(1 for s in steps if "Copy" in s)
+    # compute_steps() is ExecutionPlan::compute_steps: launches and copies today; launches only once the plan
+    # refactor lands (then it equals kernel_count_fused). Both bound it.
+    assert launches <= p.compute_steps() <= launches + copies
     assert p.kernel_count_fused <= p.kernel_count_original
     records = {s["Record"]["event"] for s in steps if "Record" in s}
     assert len(records) == p.event_count
@@ -74,7 +77,8 @@ def test_options_change_the_plan():
     assert unfused.kernel_count_fused == unfused.kernel_count_original > fused.kernel_count_fused
     no_reuse = cuplan.plan(g, reuse=False)
     assert no_reuse.pool_bytes == no_reuse.report()["naive_bytes"] >= fused.pool_bytes
-    assert cuplan.plan(g, order="memory").report()["order"] in ("given", "memory", "memory (node)", "memory (group)") or True
+    mem = cuplan.plan(g, order="memory")
+    assert mem.verify() == [] and mem.report()["lower_bound_bytes"] <= fused.report()["lower_bound_bytes"]
     assert cuplan.plan(g, device="small").report()["device"] != fused.report()["device"]
     one = cuplan.plan(g, streams=1)
     assert one.num_streams == 1 and one.event_count == 0
