@@ -190,7 +190,9 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>, dims: Option<&Bound<'_, PyDic
     let Some(path) = path.to_str().map(str::to_string) else {
         return Err(GraphError::new_err(format!("'{}': the path is not valid UTF-8", path.display())));
     };
-    let args = GraphArgs { graph: path, dims };
+    // The CLI reads `-` as standard input; from Python it is a file of that name.
+    let graph = if path == "-" { "./-".to_string() } else { path };
+    let args = GraphArgs { graph, dims };
     let loaded = py.detach(|| cli_load::load(&args)).map_err(graph_err)?;
     Ok(wrap_loaded(loaded))
 }

@@ -194,6 +194,8 @@ def test_errors_without_the_cli(tmp_path):
         cuplan.load(BLOCK, dims={"batch": 2})
     with pytest.raises(cuplan.GraphError, match="expected a path"):
         cuplan.load(42)
+    with pytest.raises(cuplan.GraphError, match=r"cannot open '\./-'"):
+        cuplan.load("-")  # a file named "-", never standard input
     g = cuplan.load(BLOCK)
     with pytest.raises(cuplan.PlanError, match="streams -1"):
         cuplan.plan(g, streams=-1)
