@@ -10,6 +10,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use graph_ir::{synth, ComputeGraph};
 use graph_passes::memory::{self, MemoryOptions};
+use graph_passes::target::Target;
 use graph_plan::{run_pipeline, Pass, PipelineResult, PlanOptions};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -44,20 +45,23 @@ fn setup() -> Option<(ComputeGraph, PipelineResult)> {
     Some((g, r))
 }
 
-fn variants() -> [(&'static str, MemoryOptions); 2] {
-    let one = MemoryOptions { prefer_ordered_reuse: false, ..MemoryOptions::default() };
-    [("transformer_1m_1stream", one), ("transformer_1m_4streams", MemoryOptions::default())]
+fn variants() -> [(&'static str, Target); 2] {
+    [
+        ("transformer_1m_1stream", Target::new(1, Default::default())),
+        ("transformer_1m_4streams", Target::new(4, Default::default())),
+    ]
 }
 
 fn bench(c: &mut Criterion) {
     let Some((g, r)) = setup() else { return };
-    let Some(fusion) = r.fusion.as_ref() else { return };
+    let (Some(fusion), Some(groups)) = (r.fusion.as_ref(), r.groups.as_ref()) else { return };
+    let opts = MemoryOptions::default();
     let runs: Option<usize> = std::env::var("CUPLAN_MEMORY_RUNS").ok().and_then(|v| v.parse().ok());
-    for (name, opts) in variants() {
+    for (name, target) in variants() {
         if let Some(n) = runs {
             for _ in 0..n {
                 let t0 = Instant::now();
-                match memory::analyse(&g, &r.topo, fusion, &opts) {
+                match memory::analyse(&g, fusion, groups, &target, &opts) {
                     Ok(m) => eprintln!(
                         "{name}: {:.3} s, pool {} B, bound {} B, {} in place, {} reuse edges ({} added)",
                         t0.elapsed().as_secs_f64(),
@@ -74,7 +78,7 @@ fn bench(c: &mut Criterion) {
         }
         let mut group = c.benchmark_group("memory");
         group.sample_size(10).measurement_time(Duration::from_secs(20));
-        group.bench_function(name, |b| b.iter(|| black_box(memory::analyse(&g, &r.topo, fusion, &opts).ok())));
+        group.bench_function(name, |b| b.iter(|| black_box(memory::analyse(&g, fusion, groups, &target, &opts).ok())));
         group.finish();
     }
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 /// The passes `run_pipeline` can stop after (linearise is part of the whole build).
-const STOPS: [Pass; 5] = [Pass::Topo, Pass::Liveness, Pass::Fusion, Pass::Memory, Pass::Stream];
+const STOPS: [Pass; 5] = [Pass::Topo, Pass::Fusion, Pass::Groups, Pass::Memory, Pass::Stream];
 
 fn tune<M: criterion::measurement::Measurement>(g: &mut BenchmarkGroup<'_, M>, nodes: usize) {
     g.sample_size(10);

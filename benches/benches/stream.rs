@@ -144,11 +144,14 @@ fn report() {
         for k in [2usize, 4, 8] {
             let mut opts = PlanOptions::with_streams(k);
             opts.memory.reuse = !name.starts_with("googlenet");
-            let Ok(r) = run_pipeline(&g, &opts, Some(Pass::Memory)) else { continue };
-            let (Some(fusion), Some(mem)) = (r.fusion.as_ref(), r.memory.as_ref()) else { continue };
-            let sopts = StreamOptions { reorder: true, ..StreamOptions::new(k, opts.device.clone()) };
-            let streams = stream::analyse(&g, fusion, mem, &sopts);
-            let Ok(p) = graph_plan::linearise(&g, &opts, fusion, mem, &streams) else { continue };
+            let Ok(mut r) = run_pipeline(&g, &opts, Some(Pass::Memory)) else { continue };
+            let (Some(fusion), Some(groups), Some(mem)) = (r.fusion.as_ref(), r.groups.as_ref(), r.memory.as_ref())
+            else {
+                continue;
+            };
+            let sopts = StreamOptions { reorder: true, ..StreamOptions::new(opts.target()) };
+            r.stream = Some(stream::analyse(&g, fusion, groups, mem, &sopts));
+            let Ok(p) = ExecutionPlan::finish(&g, &r) else { continue };
             let s = p.stats();
             println!(
                 "{name:<28} {k:>3} reorder: makespan {:.1} bound {:.1} ratio {:.3} ratio_k {:.3} speedup {:.2} waits {}",
@@ -165,7 +168,7 @@ fn report() {
         let (preds, time, occ) = raw_dag(n, 3, 7);
         let before = peak_rss_kib();
         for k in [4usize, 8] {
-            let o = StreamOptions::new(k, Default::default());
+            let o = StreamOptions::with_streams(k);
             let t0 = Instant::now();
             let p = stream::assign(&preds, &time, &occ, &o);
             let secs = t0.elapsed().as_secs_f64();
@@ -186,7 +189,7 @@ fn report() {
 fn benches(c: &mut Criterion) {
     report();
     let (preds, time, occ) = raw_dag(100_000, 3, 7);
-    let o = StreamOptions::new(4, Default::default());
+    let o = StreamOptions::with_streams(4);
     c.bench_function("stream_assign_raw_dag_100k_k4", |b| {
         b.iter(|| stream::assign(black_box(&preds), &time, &occ, &o))
     });

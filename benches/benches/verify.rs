@@ -18,7 +18,7 @@ use std::time::Instant;
 
 fn plan(nodes: usize, reuse: bool) -> Option<ExecutionPlan> {
     let t0 = Instant::now();
-    let built = synth::random_dag(nodes, 3, 1).and_then(|g| {
+    let built = synth::random_dag(nodes, 3, 1).map_err(graph_plan::PlanError::from).and_then(|g| {
         let mut o = PlanOptions::with_streams(4);
         o.fusion.enabled = false;
         o.memory.reuse = reuse;

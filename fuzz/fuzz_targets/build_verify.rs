@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = graph_plan::check::plan_from_bytes(data);
+    let _ = graph_plan::fuzz_entry::plan_from_bytes(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = graph_ir::check::json_load(data);
+    let _ = graph_ir::fuzz_entry::json_load(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = graph_onnx::check::import(data);
+    let _ = graph_onnx::fuzz_entry::import(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = graph_passes::check::pack_from_bytes(data);
+    let _ = graph_passes::fuzz_entry::pack_from_bytes(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = exec_sim::differential::differential_from_bytes(data);
+    let _ = exec_sim::fuzz_entry::differential_from_bytes(data);
 });

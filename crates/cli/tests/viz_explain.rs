@@ -118,7 +118,7 @@ fn json_matches_the_plan() {
             }
         }
         let sum = &v["summary"];
-        assert_eq!(sum["pool_bytes"].as_u64().unwrap(), plan.pool_bytes);
+        assert_eq!(sum["pool_bytes"].as_u64().unwrap(), plan.pool_bytes as u64);
         assert_eq!(sum["lower_bound_bytes"].as_u64().unwrap(), plan.stats().lower_bound_bytes);
         assert_eq!(sum["naive_bytes"].as_u64().unwrap(), plan.stats().naive_bytes);
         assert_eq!(sum["launches_before"].as_u64().unwrap() as usize, plan.kernel_count_original);

@@ -16,13 +16,13 @@
 // Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod check;
-pub mod differential;
+pub mod fuzz_entry;
 mod kernel;
 mod linalg;
 pub mod math;
 mod ops;
 pub mod race;
+pub mod reference_check;
 pub mod schedule;
 pub mod timing;
 pub mod trace;
@@ -36,9 +36,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
 
-pub use check::{check, check_plans, compare, fill_tensors, CheckError, CheckOptions, CheckReport, OutputComparison};
 pub use kernel::CustomFn;
 pub use race::{RaceAccess, RaceReport};
+pub use reference_check::{
+    check, check_plans, compare, fill_tensors, CheckError, CheckOptions, CheckReport, OutputComparison,
+};
 pub use schedule::Schedule;
 pub use timing::{simulate, LaunchMode, StepTiming, TimingError, TimingOptions, TimingReport};
 pub use trace::{chrome_trace, chrome_trace_json};

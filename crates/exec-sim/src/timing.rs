@@ -34,10 +34,9 @@ pub struct TimingOptions {
 }
 
 impl TimingOptions {
-    /// The device the plan was built for (by name; the default profile when unknown), graph replay.
+    /// The device the plan was built for (the profile the plan carries), graph replay.
     pub fn for_plan(plan: &ExecutionPlan) -> Self {
-        let device = DeviceProfile::by_name(&plan.stats().device).unwrap_or_default();
-        TimingOptions { device, overhead: LaunchMode::Graph }
+        TimingOptions { device: plan.device().clone(), overhead: LaunchMode::Graph }
     }
 }
 

@@ -1,9 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The `sim_diff` fuzz target's check (`exec_sim::differential`) under proptest with a fixed case count (the CI
+//! The `sim_diff` fuzz target's check (`exec_sim::fuzz_entry`) under proptest with a fixed case count (the CI
 //! smoke run when no fuzzer runs), and the simulator on a million-node chain (ignored in debug builds:
 //! `cargo xtask fuzz --big` runs it in release).
 
-use exec_sim::differential::{differential_from_bytes, reference_vs_optimised};
+use exec_sim::fuzz_entry::{differential_from_bytes, reference_vs_optimised};
 use graph_plan::ir::synth;
 use graph_plan::{ExecutionPlan, PlanOptions, TensorMap};
 use proptest::prelude::*;

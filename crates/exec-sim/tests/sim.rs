@@ -346,7 +346,7 @@ fn trace_has_the_required_fields_tracks_flows_and_counters() {
     let counters: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "C").collect();
     assert!(counters.len() > 2);
     let peak = counters.iter().map(|e| e["args"]["bytes"].as_u64().unwrap()).max().unwrap();
-    assert!(peak > 0 && peak <= plan.pool_bytes, "peak {peak} pool {}", plan.pool_bytes);
+    assert!(peak > 0 && peak <= plan.pool_bytes as u64, "peak {peak} pool {}", plan.pool_bytes);
     let last = counters.last().unwrap()["args"]["bytes"].as_u64().unwrap();
     assert_eq!(last, 0);
 }

@@ -1,9 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The fuzz targets' checks (`graph_ir::check`) under proptest with fixed case counts: the CI smoke run of
+//! The fuzz targets' checks (`graph_ir::fuzz_entry`) under proptest with fixed case counts: the CI smoke run of
 //! `fuzz/fuzz_targets/json_load.rs` and of the graph generator every planning target starts from. Also the
 //! limits that keep hostile documents from exhausting the stack or memory.
 
-use graph_ir::check::{graph_from_bytes, graph_from_bytes_with_stats, json_load, json_roundtrip};
+use graph_ir::fuzz_entry::{graph_from_bytes, graph_from_bytes_with_stats, json_load, json_roundtrip};
 use graph_ir::json::from_json;
 use graph_ir::{synth, GraphError};
 use proptest::prelude::*;
@@ -156,7 +156,7 @@ fn generator_builds_something_from_typical_bytes() {
         let (g, stats) = graph_from_bytes_with_stats(&bytes);
         built += stats.built;
         if let Ok(g) = g {
-            graph_ir::check::assert_valid(&g);
+            graph_ir::fuzz_entry::assert_valid(&g);
         }
     }
     assert!(built >= 64, "only {built} nodes built from 64 recipes");
@@ -200,7 +200,7 @@ proptest! {
     #[test]
     fn generated_graphs_validate_and_round_trip(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         if let Ok(g) = graph_from_bytes(&bytes) {
-            graph_ir::check::assert_valid(&g);
+            graph_ir::fuzz_entry::assert_valid(&g);
             let _ = json_roundtrip(&g);
         }
     }

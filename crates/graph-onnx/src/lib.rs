@@ -31,9 +31,9 @@ use std::sync::Arc;
 use graph_ir::{ComputeGraph, DType, Shape, TensorId};
 
 mod attr;
-pub mod check;
 mod error;
 mod fold;
+pub mod fuzz_entry;
 mod import;
 mod model;
 mod ops;

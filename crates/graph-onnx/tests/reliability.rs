@@ -1,12 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The `onnx_import` fuzz target's check (`graph_onnx::check::import`) under proptest with fixed case counts
+//! The `onnx_import` fuzz target's check (`graph_onnx::fuzz_entry::import`) under proptest with fixed case counts
 //! (the CI smoke run when no fuzzer runs), and the fixes the checks led to.
 
 mod common;
 
 use common::*;
 use graph_ir::Op;
-use graph_onnx::check::import as check_import;
+use graph_onnx::fuzz_entry::import as check_import;
 use graph_onnx::proto::{NodeProto, TensorProto};
 use proptest::prelude::*;
 

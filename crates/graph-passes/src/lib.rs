@@ -10,15 +10,22 @@
 // Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-pub mod check;
 pub mod device;
+pub mod error;
+pub mod estimate;
 pub mod fusion;
+pub mod fuzz_entry;
+pub mod group_graph;
 pub mod ids;
-pub mod liveness;
+pub mod interval;
 pub mod memory;
 pub mod order;
 pub mod stream;
+pub mod target;
 pub mod timing;
 pub mod topo;
 
-pub use ids::{GroupId, StreamId};
+pub use error::{InternalError, PlanError, PlanResult};
+pub use group_graph::GroupGraph;
+pub use ids::{BufferId, GroupId, StreamId, UnitId};
+pub use interval::Interval;

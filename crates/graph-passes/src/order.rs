@@ -26,15 +26,32 @@
 //! searches.
 
 use graph_ir::{ComputeGraph, NodeId, TensorId, TensorRole};
+use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::fusion::{FusedGroup, FusionPlan};
+use crate::group_graph::{alias_roots, GroupGraph};
 use crate::ids::GroupId;
-use crate::memory::model::{Classes, PoolModel};
-use crate::memory::reach::GroupDag;
+use crate::memory;
 use crate::topo::TopoOrder;
+
+/// Which candidate of the search won.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchMethod {
+    /// The given order (nothing beat it).
+    Given,
+    /// Greedy list scheduling, ties broken by given position.
+    GreedyIndex,
+    /// Greedy list scheduling, ties broken depth first.
+    GreedyDepth,
+    /// Local search from the best of the others.
+    Sift,
+    /// Serenity's exact search over downsets.
+    Exact,
+}
 
 /// What memory-aware ordering found. The peaks are those of the model that chose: node-level for
 /// [`memory_order`], the groups' pool bound for [`memory_group_order`], and the plans' `lower_bound_bytes` in
@@ -45,9 +62,8 @@ pub struct OrderReport {
     pub given_peak_bytes: u64,
     /// Peak of the chosen order, in bytes (`<= given_peak_bytes`).
     pub chosen_peak_bytes: u64,
-    /// Which candidate won: `"given"`, `"greedy-index"`, `"greedy-depth"` or `"sift"` (local search from the
-    /// best of the others) or `"exact"`; in the pipeline `"given"`, `"node"`, `"group"` or `"node+group"`.
-    pub chosen: &'static str,
+    /// Which candidate of the search won.
+    pub chosen: SearchMethod,
     /// The exact search finished (small or well-segmented graphs): no order of these units peaks below
     /// `chosen_peak_bytes` in the model that chose.
     pub optimal: bool,
@@ -79,19 +95,7 @@ impl PeakModel {
     fn new(graph: &ComputeGraph, given: &TopoOrder) -> PeakModel {
         let nodes = &given.order;
         let n = nodes.len();
-        let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
-        for (t, _) in graph.tensors() {
-            root.insert(t, t);
-        }
-        for &v in nodes {
-            let node = graph.node(v);
-            if node.op.is_view() {
-                if let (Some(&i), Some(&o)) = (node.inputs.first(), node.outputs.first()) {
-                    let r = root[i];
-                    root.insert(o, r);
-                }
-            }
-        }
+        let root = alias_roots(graph, given);
         let mut excluded: SecondaryMap<TensorId, ()> = SecondaryMap::new();
         for (t, tensor) in graph.tensors() {
             if tensor.role.is_source() || tensor.role == TensorRole::Output {
@@ -160,11 +164,13 @@ impl PeakModel {
     /// The pool model of `fusion`'s groups (DESIGN.md 5's `lower_bound_bytes` for a group order, without
     /// in-place handovers): one unit per group, one buffer per pool alias group at its aligned size,
     /// predecessors through data edges.
-    fn for_groups(graph: &ComputeGraph, topo: &TopoOrder, fusion: &FusionPlan, alignment: u64) -> PeakModel {
-        let classes = Classes::new(graph, topo, fusion);
-        let pool = PoolModel::new(graph, fusion, &classes, alignment, false, None);
-        let dag = GroupDag::new(graph, fusion);
-        PeakModel::from_parts(fusion.groups.len(), pool.size, pool.writer, pool.readers, dag.preds)
+    fn for_groups(graph: &ComputeGraph, fusion: &FusionPlan, groups: &GroupGraph, alignment: u64) -> PeakModel {
+        let pool = memory::pool_buffers(graph, fusion, groups, alignment);
+        let dense = |gs: &[GroupId]| gs.iter().map(|g| g.0).collect::<Vec<u32>>();
+        let writer = dense(&pool.writer);
+        let readers = pool.readers.iter().map(|r| dense(r)).collect();
+        let preds = groups.all_preds().iter().map(|p| dense(p)).collect();
+        PeakModel::from_parts(fusion.groups.len(), pool.size, writer, readers, preds)
     }
 
     /// Peak when dense unit `i` runs at position `pos[i]`.
@@ -334,7 +340,7 @@ pub fn peak_bytes(graph: &ComputeGraph, order: &TopoOrder) -> u64 {
 struct Found {
     given: u64,
     best: u64,
-    name: &'static str,
+    name: SearchMethod,
     seq: Option<Vec<u32>>,
     /// The exact search finished: `best` is the lowest peak of any order.
     optimal: bool,
@@ -359,8 +365,8 @@ impl PeakModel {
         let n = self.n;
         let identity: Vec<u32> = (0..n as u32).collect();
         let given = self.peak(&identity);
-        let mut best: (u64, &'static str, Option<Vec<u32>>) = (given, "given", None);
-        for (depth_first, name) in [(false, "greedy-index"), (true, "greedy-depth")] {
+        let mut best: (u64, SearchMethod, Option<Vec<u32>>) = (given, SearchMethod::Given, None);
+        for (depth_first, name) in [(false, SearchMethod::GreedyIndex), (true, SearchMethod::GreedyDepth)] {
             let seq = self.greedy(depth_first);
             if seq.len() != n {
                 continue; // unreachable for a DAG; the given order stands
@@ -375,7 +381,7 @@ impl PeakModel {
         let refined = self.sift(start, SIFT_BUDGET);
         let peak = self.peak(&positions(&refined));
         if peak < best.0 {
-            best = (peak, "sift", Some(refined));
+            best = (peak, SearchMethod::Sift, Some(refined));
         }
         // Small graphs: the exact search, below the best peak so far.
         let mut optimal = false;
@@ -383,7 +389,7 @@ impl PeakModel {
             optimal = true;
             if let Some((peak, seq)) = exact {
                 if peak < best.0 {
-                    best = (peak, "exact", Some(seq));
+                    best = (peak, SearchMethod::Exact, Some(seq));
                 }
             }
         }
@@ -510,7 +516,7 @@ pub fn memory_order(graph: &ComputeGraph, given: &TopoOrder) -> (TopoOrder, Orde
             TopoOrder { order, position }
         }
     };
-    tracing::debug!(given = found.given, chosen = found.best, strategy = found.name, "memory-aware order");
+    tracing::debug!(given = found.given, chosen = found.best, strategy = ?found.name, "memory-aware order");
     (order, report)
 }
 
@@ -523,10 +529,11 @@ pub fn memory_group_order(
     graph: &ComputeGraph,
     topo: &TopoOrder,
     fusion: &FusionPlan,
+    groups: &GroupGraph,
     alignment: u64,
 ) -> (Option<(TopoOrder, FusionPlan)>, OrderReport) {
     let _span = tracing::debug_span!("group_order").entered();
-    let m = PeakModel::for_groups(graph, topo, fusion, alignment);
+    let m = PeakModel::for_groups(graph, fusion, groups, alignment);
     let found = m.search();
     let mut report = found.report();
     let plan = found.seq.and_then(|seq| {
@@ -536,7 +543,7 @@ pub fn memory_group_order(
     if plan.is_none() {
         report.optimal &= found.best == found.given;
         report.chosen_peak_bytes = found.given;
-        report.chosen = "given";
+        report.chosen = SearchMethod::Given;
     }
     (plan, report)
 }
@@ -602,8 +609,8 @@ pub fn reorder_groups(
     let topo = TopoOrder::from_order(graph, nodes).ok()?;
     let plan = FusionPlan { groups, group_of, decisions: fusion.decisions.clone(), stats: fusion.stats.clone() };
     // Group order must stay topological for the later passes.
-    let dag = GroupDag::new(graph, &plan);
-    if dag.preds.iter().enumerate().any(|(g, ps)| ps.iter().any(|&p| p as usize >= g)) {
+    let dag = GroupGraph::new(graph, &topo, &plan);
+    if dag.all_preds().iter().enumerate().any(|(g, ps)| ps.iter().any(|p| p.index() >= g)) {
         return None;
     }
     Some((topo, plan))
@@ -651,7 +658,7 @@ mod tests {
         let given = topo::analyse(&g).unwrap();
         let (order, report) = memory_order(&g, &given);
         assert_eq!(report.given_peak_bytes, 8192);
-        assert_eq!((report.chosen, report.chosen_peak_bytes), ("sift", 7936));
+        assert_eq!((report.chosen, report.chosen_peak_bytes), (SearchMethod::Sift, 7936));
         assert_eq!(peak_bytes(&g, &order), 7936);
         let checked = TopoOrder::from_order(&g, order.order.clone()).unwrap();
         assert_eq!(checked.order, order.order);
@@ -746,7 +753,7 @@ mod tests {
         let g = graph_ir::synth::chain(10).unwrap();
         let given = topo::analyse(&g).unwrap();
         let (order, report) = memory_order(&g, &given);
-        assert_eq!(report.chosen, "given");
+        assert_eq!(report.chosen, SearchMethod::Given);
         assert_eq!(order.order, given.order);
     }
 }

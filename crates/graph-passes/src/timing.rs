@@ -38,34 +38,16 @@
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::fmt;
 use thiserror::Error;
 
 use crate::device::DeviceProfile;
 use crate::ids::StreamId;
 
-/// A task of the simulation: its index in the submission-ordered task list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct TaskId(pub u32);
-
-impl TaskId {
-    /// The id as a `usize` index.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The id of index `i` (saturating at `u32::MAX`).
-    pub fn from_index(i: usize) -> Self {
-        TaskId(u32::try_from(i).unwrap_or(u32::MAX))
-    }
-}
-
-impl fmt::Display for TaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t{}", self.0)
-    }
-}
+graph_ir::dense_id!(
+    /// A task of the simulation: its index in the submission-ordered task list.
+    TaskId,
+    "t"
+);
 
 /// How launches are submitted, which sets their overhead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The `pack` fuzz target's check (`graph_passes::check`) under proptest with a fixed case count (the CI smoke
+//! The `pack` fuzz target's check (`graph_passes::fuzz_entry`) under proptest with a fixed case count (the CI smoke
 //! run when no fuzzer runs), and the packer's error paths on hostile sizes.
 
-use graph_passes::check::{pack_from_bytes, pack_instance};
+use graph_passes::fuzz_entry::{pack_from_bytes, pack_instance};
 use graph_passes::memory::pack::{pack, Buffer, PackOptions};
 use proptest::prelude::*;
 

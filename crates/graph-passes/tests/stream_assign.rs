@@ -8,7 +8,7 @@ use graph_passes::timing;
 use proptest::prelude::*;
 
 fn opts(k: usize) -> StreamOptions {
-    StreamOptions { max_streams: k, ..StreamOptions::default() }
+    StreamOptions::with_streams(k)
 }
 
 fn dag(preds: &[&[u32]]) -> Vec<Vec<GroupId>> {
@@ -202,7 +202,7 @@ proptest! {
     ) {
         let n = preds.len();
         let occ: Vec<f64> = time.iter().map(|t| (t / 10.0).min(1.0)).collect();
-        let o = StreamOptions { max_streams: k, window, reorder, ..StreamOptions::default() };
+        let o = StreamOptions { window, reorder, ..StreamOptions::with_streams(k) };
         let p = assign(&preds, &time, &occ, &o);
         prop_assert!(p.num_streams >= 1 && p.num_streams <= k);
         let dag_edges: Vec<(usize, usize)> = {

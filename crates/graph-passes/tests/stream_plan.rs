@@ -100,11 +100,11 @@ fn plan_for(graph: &ComputeGraph, k: usize, reorder: bool) -> ExecutionPlan {
     if !reorder {
         return ExecutionPlan::build_with(graph, &opts).unwrap();
     }
-    let r = run_pipeline(graph, &opts, Some(Pass::Memory)).unwrap();
-    let (fusion, mem) = (r.fusion.as_ref().unwrap(), r.memory.as_ref().unwrap());
-    let sopts = StreamOptions { reorder: true, ..StreamOptions::new(k, opts.device.clone()) };
-    let streams = stream::analyse(graph, fusion, mem, &sopts);
-    graph_plan::linearise(graph, &opts, fusion, mem, &streams).unwrap()
+    let mut r = run_pipeline(graph, &opts, Some(Pass::Memory)).unwrap();
+    let (fusion, groups, mem) = (r.fusion.as_ref().unwrap(), r.groups.as_ref().unwrap(), r.memory.as_ref().unwrap());
+    let sopts = StreamOptions { reorder: true, ..StreamOptions::new(opts.target()) };
+    r.stream = Some(stream::analyse(graph, fusion, groups, mem, &sopts));
+    ExecutionPlan::finish(graph, &r).unwrap()
 }
 
 fn check(graph: &ComputeGraph, k: usize) -> Result<(), TestCaseError> {
@@ -211,7 +211,7 @@ fn inception_runs_its_branches_concurrently() {
     // The default keeps the pool at the order's bound, paying in overlap instead.
     let tight = ExecutionPlan::build(&g, 4).unwrap();
     assert!(graph_plan::verify(&tight).is_ok());
-    assert_eq!(tight.pool_bytes, tight.stats().lower_bound_bytes);
+    assert_eq!(tight.pool_bytes as u64, tight.stats().lower_bound_bytes);
     assert!(tight.pool_bytes <= four.pool_bytes);
     assert!(tight.stats().makespan_us >= four.stats().makespan_us - 1e-9);
     // What the tight pool's reuse edges cost: its bound rises above the data-only bound; the concurrent plan's

@@ -12,7 +12,7 @@ use graph_ir::{ComputeGraph, DType, GraphError, GraphResult, Op, Shape, TensorId
 use std::fmt;
 
 use crate::exec::{f32_to_f16, ExecError, Executor, HostTensor, PreparedPlan, TensorMap};
-use crate::{verify, ExecutionPlan, PlanOptions, Violation};
+use crate::{verify, ExecutionPlan, PlanError, PlanOptions, Violation};
 
 /// One conformance case: a graph, its tensors and the outputs it must produce.
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ pub struct ConformanceCase {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CaseFailure {
     /// The plan could not be built.
-    Build(GraphError),
+    Build(PlanError),
     /// The plan fails `verify`.
     Verify(Vec<Violation>),
     /// The executor failed.

@@ -1,6 +1,7 @@
 //! graph-plan: the last stage of cuplan's compiler and the contract with the executors. `ExecutionPlan::build`
-//! runs the passes of graph-passes (topo, liveness, fusion, memory, stream) and linearises their results into
-//! one submission order of launches, records, waits and copies over one pre-planned memory layout. `verify`
+//! runs the passes of graph-passes (topo, fusion, the group graph, memory, stream), then lowers the fused groups
+//! to kernels, emits one submission order of launches, records, waits and copies over one pre-planned memory
+//! layout, and computes the report beside the plan (`build.rs` reads top to bottom). `verify`
 //! checks a finished plan independently of the passes. The `Executor` trait is what backends implement.
 //!
 //! Executor crates depend on this crate alone: it re-exports the IR types its steps mention.
@@ -9,25 +10,29 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod build;
-pub mod check;
-#[cfg(debug_assertions)]
-mod checks;
 pub mod conformance;
 mod display;
+mod emit;
 pub mod exec;
+pub mod fuzz_entry;
 pub mod ids;
+mod lower;
+pub mod pass_checks;
 pub mod plan;
+mod report;
 pub mod verify;
 
 pub use build::{
-    linearise, run_pipeline, simulate_plan, OrderStrategy, Pass, PipelineResult, PlanOptions, MAX_STREAMS,
+    run_pipeline, OrderChoice, OrderOutcome, OrderStrategy, Pass, PipelineResult, PlanOptions, MAX_STREAMS,
 };
 pub use exec::{ExecError, Executor, HostTensor, PreparedPlan, TensorMap, Unavailable};
+pub use graph_passes::{InternalError, PlanError, PlanResult};
 pub use ids::{EventId, GroupId, KernelId, StepId, StreamId, ValueId};
 pub use plan::{
     Access, Binding, BindingRole, BufferRef, ExecutionPlan, Instr, Kernel, KernelOrder, Param, PlanNode, PlanStats,
     PlanStep, Value,
 };
+pub use report::simulate_plan;
 pub use verify::{verify, Violation};
 
 /// The shared timing evaluator (event-driven simulation of streams on a device profile).
@@ -40,4 +45,5 @@ pub use graph_passes::{
     device::{DeviceProfile, LaunchEstimate},
     fusion::{FusionCaps, FusionOptions, GroupKind},
     memory::{MemoryOptions, Region},
+    target::Target,
 };

@@ -2,12 +2,13 @@
 //! expression programs and buffer bindings, external bindings, and region sizes.
 
 use graph_ir::{DType, Op, OpCost, Shape};
-use graph_passes::device::LaunchEstimate;
+use graph_passes::device::{DeviceProfile, LaunchEstimate};
 use graph_passes::fusion::GroupKind;
 use graph_passes::memory::Region;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+use crate::build::OrderChoice;
 use crate::ids::{EventId, KernelId, StreamId, ValueId};
 
 /// A byte range in a region: `[offset, offset + bytes)`.
@@ -259,8 +260,8 @@ pub struct PlanStats {
     /// Modelled makespan of one graph replay (the timing evaluator on the plan's steps, graph-replay overhead).
     #[serde(default)]
     pub makespan_us: f64,
-    /// Lower bound on the makespan of any stream assignment: max(energetic path of the group DAG, sum of launch
-    /// time x occupancy), at least DESIGN.md 5's `simple_bound_us` (`graph_passes::timing`'s module docs).
+    /// DESIGN.md 5's makespan bound: max(`critical_path_us`, `area_us`). No schedule on this device, with any
+    /// stream assignment, does better.
     #[serde(default)]
     pub makespan_bound_us: f64,
     /// Longest path of launch times over the group DAG (data and reuse edges).
@@ -269,18 +270,19 @@ pub struct PlanStats {
     /// Sum over launches of launch time x occupancy: the device time the work needs.
     #[serde(default)]
     pub area_us: f64,
-    /// DESIGN.md 5's bound as written, max(`critical_path_us`, `area_us`); `makespan_bound_us` adds the energetic
-    /// path (launches that must run between two ordered launches share the device) and is never below it.
+    /// The energetic bound: `makespan_bound_us` tightened by the energetic path (launches that must run between
+    /// two ordered launches share the device; `graph_passes::timing`'s module docs). Never below
+    /// `makespan_bound_us`; `makespan_us / energetic_bound_us` is the tighter quality figure.
     #[serde(default)]
-    pub simple_bound_us: f64,
-    /// `makespan_bound_us` over the data edges alone (no reuse edges): against `makespan_bound_us` it says what
-    /// the memory plan's reuse costs the best possible schedule.
+    pub energetic_bound_us: f64,
+    /// DESIGN.md 5's data-only bound: `makespan_bound_us` over the data edges alone (no reuse edges). Against
+    /// `makespan_bound_us` it says what the memory plan's reuse costs the best possible schedule.
     #[serde(default)]
     pub data_bound_us: f64,
     /// Modelled makespan of the same launches on one stream (the sum of launch times).
     #[serde(default)]
     pub one_stream_us: f64,
-    /// The bound with the stream limit: max(`makespan_bound_us`, `one_stream_us` / max streams), since each
+    /// The bound with the stream limit: max(`energetic_bound_us`, `one_stream_us` / max streams), since each
     /// stream runs one launch at a time and no launch runs faster than alone.
     #[serde(default)]
     pub stream_limit_bound_us: f64,
@@ -290,7 +292,7 @@ pub struct PlanStats {
     pub given_order_lower_bound_bytes: u64,
     /// The order the plan uses: `given`, or which memory-aware candidate won (`node`, `group`, `node+group`).
     #[serde(default)]
-    pub order_chosen: String,
+    pub order_chosen: OrderChoice,
     /// Memory-aware ordering's exact search finished on the plan's fused groups: no order of them has a lower
     /// bound in its model (the pool bound without in-place handovers). False when ordering was not asked for or
     /// the graph was too large or branchy for the search.
@@ -308,8 +310,6 @@ pub struct PlanStats {
     pub bytes_moved: u64,
     /// Bytes moved by the unfused graph (every non-view node reading its inputs and writing its outputs).
     pub bytes_moved_unfused: u64,
-    /// Name of the device profile the estimates use.
-    pub device: String,
     /// Milliseconds per pass, in pipeline order.
     pub pass_ms: Vec<(String, f64)>,
 }
@@ -322,7 +322,7 @@ pub struct ExecutionPlan {
     /// Number of streams.
     pub num_streams: usize,
     /// Bytes of the activation pool.
-    pub pool_bytes: u64,
+    pub pool_bytes: usize,
     /// Non-view nodes of the graph.
     pub kernel_count_original: usize,
     /// Launch steps.
@@ -337,6 +337,10 @@ pub struct ExecutionPlan {
     pub(crate) nodes: Vec<PlanNode>,
     pub(crate) orders: Vec<KernelOrder>,
     pub(crate) stats: PlanStats,
+    /// The device profile the plan's estimates and figures are for (the profile itself, so that a custom one
+    /// travels with the plan).
+    #[serde(default)]
+    pub(crate) device: DeviceProfile,
 }
 
 impl ExecutionPlan {
@@ -350,9 +354,20 @@ impl ExecutionPlan {
         self.steps.len()
     }
 
-    /// Launches and copies (steps that do work).
+    /// The number of kernel-launch steps (after fusion): equal to `kernel_count_fused`. Copies are not kernel
+    /// launches; [`work_steps`](Self::work_steps) counts both.
     pub fn compute_steps(&self) -> usize {
+        self.steps.iter().filter(|s| matches!(s, PlanStep::Launch { .. })).count()
+    }
+
+    /// Launches and copies: the steps that do work on a device.
+    pub fn work_steps(&self) -> usize {
         self.steps.iter().filter(|s| s.is_compute()).count()
+    }
+
+    /// The device profile the plan was made for.
+    pub fn device(&self) -> &DeviceProfile {
+        &self.device
     }
 
     /// The source graph's name.
@@ -413,6 +428,44 @@ impl ExecutionPlan {
     /// Figures reported beside the plan.
     pub fn stats(&self) -> &PlanStats {
         &self.stats
+    }
+
+    /// Put a plan together from what lowering and emission produced; the stats are the report's to fill.
+    pub(crate) fn assemble(
+        graph: &graph_ir::ComputeGraph,
+        mem: &graph_passes::memory::MemoryPlan,
+        streams: &graph_passes::stream::StreamPlan,
+        lowered: crate::lower::Lowered,
+        steps: Vec<PlanStep>,
+        device: DeviceProfile,
+    ) -> ExecutionPlan {
+        let launches = steps.iter().filter(|s| matches!(s, PlanStep::Launch { .. })).count();
+        let mut events: Vec<EventId> = steps
+            .iter()
+            .filter_map(|s| match s {
+                PlanStep::Record { event, .. } => Some(*event),
+                _ => None,
+            })
+            .collect();
+        events.sort_unstable();
+        events.dedup();
+        ExecutionPlan {
+            steps,
+            num_streams: streams.num_streams,
+            pool_bytes: usize::try_from(mem.pool_bytes()).unwrap_or(usize::MAX),
+            kernel_count_original: lowered.nodes.iter().filter(|n| !n.view).count(),
+            kernel_count_fused: launches,
+            event_count: events.len(),
+            graph_name: graph.name().to_string(),
+            alignment: mem.alignment,
+            region_bytes: mem.region_bytes,
+            kernels: lowered.kernels,
+            bindings: lowered.bindings,
+            nodes: lowered.nodes,
+            orders: lowered.orders,
+            stats: PlanStats::default(),
+            device,
+        }
     }
 
     /// Plan as pretty JSON.

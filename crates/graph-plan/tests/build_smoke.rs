@@ -26,12 +26,19 @@ fn families_build_and_verify() {
                 if let Err(v) = verify(&p) {
                     panic!("{} streams={streams} fusion={fusion} reuse={reuse}: {v:?}", g.name());
                 }
-                assert!(p.pool_bytes >= p.stats().lower_bound_bytes);
-                assert!(p.pool_bytes <= p.stats().naive_bytes);
+                assert!(p.pool_bytes as u64 >= p.stats().lower_bound_bytes);
+                assert!(p.pool_bytes as u64 <= p.stats().naive_bytes);
+                // The seed's contract: compute_steps counts kernel launches only.
+                assert_eq!(p.compute_steps(), p.kernel_count_fused);
                 assert!(p.kernel_count_fused <= p.kernel_count_original);
                 // Reuse edges only add constraints: the data-only bound is never above the full one.
                 assert!(p.stats().data_bound_us <= p.stats().makespan_bound_us + 1e-9);
                 assert!(p.stats().makespan_bound_us <= p.stats().makespan_us + 1e-6);
+                // DESIGN's bound is max(critical path, area); the energetic bound only tightens it.
+                let s = p.stats();
+                assert_eq!(s.makespan_bound_us, s.critical_path_us.max(s.area_us));
+                assert!(s.makespan_bound_us <= s.energetic_bound_us + 1e-9);
+                assert!(s.energetic_bound_us <= s.makespan_us + 1e-6);
                 assert!(p.num_streams <= streams);
             }
         }
@@ -43,6 +50,6 @@ fn zero_streams_is_an_error() {
     let g = synth::chain(3).unwrap();
     assert!(matches!(
         ExecutionPlan::build(&g, 0),
-        Err(graph_ir::GraphError::InvalidOption { option, .. }) if option == "max_streams"
+        Err(graph_plan::PlanError::Graph(graph_ir::GraphError::InvalidOption { option, .. })) if option == "max_streams"
     ));
 }

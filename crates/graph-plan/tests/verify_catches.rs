@@ -446,7 +446,7 @@ fn wrong_counters_are_each_reported() {
         vec![
             Violation::Counter { field: Field::KernelCountOriginal, claimed: o - 1, actual: o },
             Violation::Counter { field: Field::EventCount, claimed: e + 1, actual: e },
-            Violation::Counter { field: Field::PoolBytes, claimed: b + 256, actual: b },
+            Violation::Counter { field: Field::PoolBytes, claimed: b as u64 + 256, actual: b as u64 },
         ]
     );
     let mut q = p.clone();

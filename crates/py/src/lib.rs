@@ -293,7 +293,7 @@ impl Plan {
 
     /// Bytes of the activation pool.
     #[getter]
-    fn pool_bytes(&self) -> u64 {
+    fn pool_bytes(&self) -> usize {
         self.plan.pool_bytes
     }
 

@@ -334,14 +334,14 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
         graph: plan.graph_name().to_string(),
         tensors,
         work_steps: time,
-        pool_bytes: plan.pool_bytes,
+        pool_bytes: plan.pool_bytes as u64,
         alignment: a,
     }
 }
 
-/// The device profile a plan's estimates were made for (the default one if the name is unknown).
+/// The device profile a plan's estimates were made for (the plan carries it).
 pub fn plan_device(plan: &ExecutionPlan) -> DeviceProfile {
-    DeviceProfile::by_name(&plan.stats().device).unwrap_or_default()
+    plan.device().clone()
 }
 
 /// Modelled time of a copy of `bytes` without launch overhead: read and write at DRAM bandwidth (as exec-sim's

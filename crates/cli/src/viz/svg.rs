@@ -404,7 +404,7 @@ pub fn memory_svg(plan: &ExecutionPlan) -> String {
         title: format!("plan '{}': activation pool", m.graph),
         subtitle: format!(
             "pool {} · lower bound {} (ratio {ratio:.3}) · naive {} · {} tensors · {} steps · {} stream{}",
-            human_bytes(plan.pool_bytes),
+            human_bytes(plan.pool_bytes as u64),
             human_bytes(bound),
             human_bytes(st.naive_bytes),
             m.tensors.len(),
@@ -415,7 +415,7 @@ pub fn memory_svg(plan: &ExecutionPlan) -> String {
         x_label: "step (launches and Memcpy copies in submission order)".into(),
         t0: 0,
         t1: m.work_steps as u64,
-        height: plan.pool_bytes,
+        height: plan.pool_bytes as u64,
         height_label: "pool".into(),
         blocks,
         legend,

@@ -9,11 +9,9 @@ use super::dag::{Dag, Plan, Stop};
 use super::dense::{Dense, NONE};
 use super::model::Model;
 use super::rules::{Groups, Reject, Why};
-use super::{
-    FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, FusionTarget, GroupKind,
-    RejectReason,
-};
+use super::{FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, GroupKind, RejectReason};
 use crate::ids::GroupId;
+use crate::target::Target;
 use crate::topo::TopoOrder;
 
 /// Most work one cycle check may do (groups and edges visited).
@@ -50,7 +48,7 @@ struct Pass<'a, 'g> {
     stats: FusionStats,
 }
 
-pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &FusionTarget) -> FusionPlan {
+pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &Target) -> FusionPlan {
     let d = Dense::new(graph, order);
     let model = Model::new(&d, target);
     let items = (d.len() + d.num_edges()) as u64;

@@ -89,8 +89,8 @@ use graph_ir::{ComputeGraph, NodeId, OpCategory, TensorId, TensorRole};
 use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
 
-use crate::device::DeviceProfile;
 use crate::ids::GroupId;
+use crate::target::Target;
 use crate::topo::TopoOrder;
 
 pub use explain::{DecisionReport, FusionReport, GroupReport};
@@ -179,22 +179,6 @@ pub struct FusionOptions {
 impl Default for FusionOptions {
     fn default() -> Self {
         FusionOptions { enabled: true, horizontal: false, caps: FusionCaps::all() }
-    }
-}
-
-/// What the plan will run on, as far as profitability is concerned: the pipeline driver fills it from its own
-/// options (`PlanOptions::max_streams`, `PlanOptions::device`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FusionTarget {
-    /// Streams the plan may use; with 1, fusion cannot lose concurrency.
-    pub streams: usize,
-    /// The device whose roofline and launch overhead the score and the concurrency check use.
-    pub device: DeviceProfile,
-}
-
-impl Default for FusionTarget {
-    fn default() -> Self {
-        FusionTarget { streams: 1, device: DeviceProfile::default() }
     }
 }
 
@@ -418,11 +402,11 @@ impl FusionPlan {
 
 /// Run the fusion pass for one stream on the default device (see [`analyse_for`]).
 pub fn analyse(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions) -> FusionPlan {
-    analyse_for(graph, order, opts, &FusionTarget::default())
+    analyse_for(graph, order, opts, &Target::default())
 }
 
 /// Run the fusion pass for `target` (stream count and device, used by the score and the concurrency check).
-pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &FusionTarget) -> FusionPlan {
+pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &Target) -> FusionPlan {
     let _span = tracing::debug_span!("fusion").entered();
     build::run(graph, order, opts, target)
 }

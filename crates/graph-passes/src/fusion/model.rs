@@ -5,8 +5,8 @@ use graph_ir::{DType, OpCost};
 
 use super::dense::{Dense, NONE};
 use super::rules::{Groups, Preview, Why};
-use super::FusionTarget;
 use crate::device::DeviceProfile;
+use crate::target::Target;
 
 /// The cost model of one run of the pass.
 pub(super) struct Model {
@@ -28,7 +28,7 @@ pub(super) struct Model {
 }
 
 impl Model {
-    pub fn new(d: &Dense<'_>, target: &FusionTarget) -> Model {
+    pub fn new(d: &Dense<'_>, target: &Target) -> Model {
         let device = target.device.clone();
         let overhead_us = device.launch_overhead_graph_us.max(0.0);
         let launch_bytes = (overhead_us * device.mem_bandwidth / 1e6).max(0.0) as u64;

@@ -4,39 +4,48 @@
 //! output go to `Io`; results of a Memcpy to the host go to `Host`; every other materialised alias group is a
 //! buffer of the activation `Pool`. Fused-away intermediates take no memory.
 //!
-//! The pool, top to bottom (each step in its own module):
-//! 1. `model`: the pool's buffers (one per alias group), their writer and reader kernels, the in-place
+//! [`analyse`] reads top to bottom, one module per step; every fact about the fused program (alias roots,
+//! writer and reader groups, data edges) comes from the [`GroupGraph`]:
+//! 1. `regions`: which alias groups go where, and everything outside the pool placed by bumping.
+//! 2. `model`: the pool's buffers (one per alias group), their writer and reader kernels, the in-place
 //!    candidates — independent of the launch order.
-//! 2. Lifetimes over launch steps (DESIGN.md section 5) in the fusion plan's order, and the in-place handovers
+//! 3. Lifetimes over launch steps (DESIGN.md section 5) in the fusion plan's order, and the in-place handovers
 //!    (`MemoryOptions::in_place`): an elementwise kernel writes its output over an input that dies at that
-//!    launch. The donor's lifetime then ends at the handover step, and donor and heir form one *unit* that
-//!    shares one offset (a chain when the heir donates in turn).
-//! 3. `pack`: offsets for the units — the greedy portfolio, then the exact search under `pack_effort` where the
+//!    launch. `units`: the donor's lifetime then ends at the handover step, and donor and heir form one *unit*
+//!    that shares one offset (a chain when the heir donates in turn). `concurrent`: with
+//!    `concurrent_lifetimes`, units keep their bytes until their readers' branches meet.
+//! 4. `pack`: offsets for the units — the greedy portfolio, then the exact search under `pack_effort` where the
 //!    greedy result is above the lower bound and the component is small enough. Deterministic.
-//! 4. `reuse::prefer_ordered` (`prefer_ordered_reuse`): units whose place would add an ordering the DAG does
+//! 5. `reuse::prefer_ordered` (`prefer_ordered_reuse`): units whose place would add an ordering the DAG does
 //!    not imply move, when they can, to a gap of the packed pool that adds none.
-//! 5. `reuse::edges`: the reuse edges the stream pass must honour, and how many the data edges do not imply.
+//! 6. `reuse::edges`: the reuse edges the stream pass must honour, and how many the data edges do not imply.
 //!
 //! `lower_bound_bytes` is the sweep bound of the buffers as packed (in-place donors end at their handover), so
 //! `lower_bound_bytes <= pool_bytes <= naive_bytes`. Cost: O(N + E) for the model and lifetimes, O(n log n) for
 //! the sweeps, the packer's near-linear greedy plus its bounded search; the ordering preference adds
 //! O(k log k) per revisited unit and bounded ancestor queries.
 
-pub(crate) mod model;
+mod concurrent;
+mod model;
 pub mod pack;
-pub(crate) mod reach;
+mod reach;
+mod regions;
 mod reuse;
+mod units;
 
-use graph_ir::{ComputeGraph, GraphError, NodeId, TensorId, TensorRole};
+use graph_ir::{ComputeGraph, TensorId};
 use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
 
+use crate::error::{InternalError, PlanError};
 use crate::fusion::FusionPlan;
+use crate::group_graph::GroupGraph;
 use crate::ids::GroupId;
-use crate::liveness::Lifetime;
-use crate::topo::TopoOrder;
-use model::{Classes, PoolModel};
-use reach::{GroupDag, Reach};
+use crate::interval::Interval;
+use crate::target::Target;
+use model::PoolModel;
+use reach::Reach;
+use regions::{align_up, Classes};
 
 /// A memory region of the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -115,7 +124,7 @@ pub struct MemoryOptions {
     pub seed: u64,
     /// Among places of equal cost, prefer reuse the DAG already orders, and hand over bytes in place only when
     /// the input's other readers are ordered before the kernel: no reuse edge then serialises concurrent work.
-    /// Only matters with several streams (the pipeline turns it off for one).
+    /// Only matters with several streams: the pass skips it when the target has one.
     pub prefer_ordered_reuse: bool,
     /// Trade pool bytes for overlap: each buffer's bytes stay reserved until the branches reading it have met
     /// (the nearest common post-dominator of its readers' first merges in the group DAG, or earlier a merge no
@@ -151,7 +160,7 @@ pub struct PoolBuffer {
     /// The alias root.
     pub root: TensorId,
     /// Live steps (launch indices).
-    pub live: Lifetime,
+    pub live: Interval,
     /// Aligned size.
     pub size: u64,
     /// Offset in the pool.
@@ -195,128 +204,61 @@ impl MemoryPlan {
     }
 }
 
-fn align_up(v: u64, a: u64) -> u64 {
-    v.div_ceil(a).saturating_mul(a)
+/// The pool's buffers for a fusion plan, independent of the launch order: what memory-aware ordering needs to
+/// evaluate `lower_bound_bytes` of other group orders (without in-place handovers). Indexed by
+/// [`BufferId`](crate::ids::BufferId).
+#[derive(Clone, Debug, Default)]
+pub struct PoolBuffers {
+    /// Aligned size of each buffer.
+    pub size: Vec<u64>,
+    /// The group that writes each buffer.
+    pub writer: Vec<GroupId>,
+    /// Groups that read any member of each buffer, ascending.
+    pub readers: Vec<Vec<GroupId>>,
 }
 
-/// The group (kernel) whose launch writes `t`'s bytes, looking through views outside groups.
-pub fn writer_group(graph: &ComputeGraph, fusion: &FusionPlan, mut t: TensorId) -> Option<GroupId> {
-    loop {
-        let p = graph.producer(t)?;
-        if let Some(&g) = fusion.group_of.get(p) {
-            return Some(g);
-        }
-        t = *graph.node(p).inputs.first()?;
-    }
-}
-
-/// Step of every node at launch granularity: a grouped node runs at its group's index; a view outside groups at
-/// the step its input's bytes are written (0 for sources).
-pub fn launch_steps(graph: &ComputeGraph, order: &TopoOrder, fusion: &FusionPlan) -> SecondaryMap<NodeId, u32> {
-    let mut step: SecondaryMap<NodeId, u32> = SecondaryMap::with_capacity(graph.num_nodes());
-    for &n in &order.order {
-        let s = match fusion.group_of.get(n) {
-            Some(g) => g.0,
-            None => graph.node(n).inputs.first().and_then(|&t| graph.producer(t)).map_or(0, |p| step[p]),
-        };
-        step.insert(n, s);
-    }
-    step
+/// The pool's buffers of `fusion` at `alignment` (see [`PoolBuffers`]).
+pub fn pool_buffers(graph: &ComputeGraph, fusion: &FusionPlan, groups: &GroupGraph, alignment: u64) -> PoolBuffers {
+    let classes = Classes::new(graph, fusion, groups);
+    let m = PoolModel::new(graph, fusion, groups, &classes, alignment, false, None);
+    PoolBuffers { size: m.size, writer: m.writer, readers: m.readers }
 }
 
 /// Most groups one ancestor query of the memory pass may visit.
 const REACH_LIMIT: usize = 4096;
 
-fn internal(what: impl std::fmt::Display) -> GraphError {
-    GraphError::InvalidOption { option: "internal".into(), detail: format!("memory planner bug: {what}") }
+fn bug(what: impl std::fmt::Display) -> PlanError {
+    PlanError::Internal(InternalError::new("memory", what))
 }
 
-/// Run the memory pass.
+/// Run the memory pass over `fusion`'s groups in their order (see the module docs for the steps).
 pub fn analyse(
     graph: &ComputeGraph,
-    order: &TopoOrder,
     fusion: &FusionPlan,
+    groups: &GroupGraph,
+    target: &Target,
     opts: &MemoryOptions,
-) -> Result<MemoryPlan, GraphError> {
+) -> Result<MemoryPlan, PlanError> {
     let _span = tracing::debug_span!("memory").entered();
     let a = opts.alignment.max(1);
-    let classes = Classes::new(graph, order, fusion);
+    // 1. Regions.
+    let classes = Classes::new(graph, fusion, groups);
+    let outside = regions::place_outside_pool(graph, groups, &classes, a);
 
-    // Sources, Io and Host by bumping, in declaration and tensor order.
-    let mut region_bytes = [0u64; 4];
-    let mut placement: SecondaryMap<TensorId, Placement> = SecondaryMap::with_capacity(graph.num_tensors());
-    let mut root_place: SecondaryMap<TensorId, (Region, u64)> = SecondaryMap::new();
-    let bump = |region: Region, bytes: u64, region_bytes: &mut [u64; 4]| -> u64 {
-        let off = region_bytes[region.index()];
-        region_bytes[region.index()] = off.saturating_add(align_up(bytes.max(1), a));
-        off
-    };
-    for &t in graph.inputs().iter().chain(graph.weights()) {
-        let tensor = graph.tensor(t);
-        let region = if tensor.role == TensorRole::Input { Region::Io } else { Region::Weights };
-        let off = bump(region, tensor.size_bytes() as u64, &mut region_bytes);
-        root_place.insert(t, (region, off));
-    }
-    for (t, tensor) in graph.tensors() {
-        if classes.root[t] != t || tensor.role.is_source() || !classes.materialized.contains_key(t) {
-            continue;
-        }
-        if classes.to_host.contains_key(t) {
-            let off = bump(Region::Host, tensor.size_bytes() as u64, &mut region_bytes);
-            root_place.insert(t, (Region::Host, off));
-        } else if classes.has_output.contains_key(t) {
-            let off = bump(Region::Io, tensor.size_bytes() as u64, &mut region_bytes);
-            root_place.insert(t, (Region::Io, off));
-        }
-    }
-    // Graph outputs aliasing a source get their own Io bytes and a copy.
-    let mut output_copies = Vec::new();
-    for &o in graph.outputs() {
-        let r = classes.root[o];
-        if graph.tensor(r).role.is_source() {
-            let bytes = graph.tensor(o).size_bytes() as u64;
-            let off = bump(Region::Io, bytes, &mut region_bytes);
-            placement.insert(o, Placement { region: Region::Io, offset: off, bytes });
-            output_copies.push((r, o));
-        }
-    }
-
-    // 1. The pool model, and 2. lifetimes and in-place handovers in the fusion plan's order.
-    let dag = GroupDag::new(graph, fusion);
-    let mut reach = Reach::new(&dag, REACH_LIMIT);
-    let ordered = opts.reuse && opts.prefer_ordered_reuse;
+    // 2. The pool model, and 3. lifetimes, in-place handovers and units, in group order.
+    let mut reach = Reach::new(groups, REACH_LIMIT);
+    // With one stream every reuse is ordered by stream order: the preference would only cost time.
+    let ordered = opts.reuse && opts.prefer_ordered_reuse && target.streams > 1;
     let in_place = opts.reuse && opts.in_place;
-    let model = PoolModel::new(graph, fusion, &classes, a, in_place, if ordered { Some(&mut reach) } else { None });
-    let n = model.len();
+    let model =
+        PoolModel::new(graph, fusion, groups, &classes, a, in_place, if ordered { Some(&mut reach) } else { None });
     let pos: Vec<u32> = (0..fusion.groups.len() as u32).collect();
-    let mut live = model.lifetimes(&pos);
+    let mut live = model.lifetimes(groups, &pos);
     let handovers = if in_place { model.choose_in_place(&pos, &live) } else { Vec::new() };
-    let mut unit_of: Vec<u32> = (0..n as u32).collect();
-    for &(r, o, g) in &handovers {
-        live[r as usize].1 = pos[g as usize];
-        unit_of[o as usize] = unit_of[r as usize];
-    }
-    // Units: one per chain head; a chain is live from its head's start to its last heir's end.
-    let mut unit_index = vec![u32::MAX; n];
-    let mut heads: Vec<u32> = Vec::new();
-    let mut last: Vec<u32> = Vec::new();
-    for b in 0..n {
-        if unit_of[b] as usize == b {
-            unit_index[b] = heads.len() as u32;
-            heads.push(b as u32);
-            last.push(b as u32);
-        }
-    }
-    let mut unit_live: Vec<(u32, u32)> = heads.iter().map(|&h| live[h as usize]).collect();
-    for b in 0..n {
-        let u = unit_index[unit_of[b] as usize] as usize;
-        if live[b].1 > unit_live[u].1 {
-            unit_live[u].1 = live[b].1;
-            last[u] = b as u32;
-        }
-    }
-    let froms: Vec<&[u32]> =
-        (0..n)
+    let mut units = units::form(&mut live, &handovers, &pos);
+    // The groups that free each buffer's bytes: its readers, or its writer when nobody reads it.
+    let froms: Vec<&[GroupId]> =
+        (0..model.len())
             .map(|b| {
                 if model.readers[b].is_empty() {
                     std::slice::from_ref(&model.writer[b])
@@ -325,105 +267,85 @@ pub fn analyse(
                 }
             })
             .collect();
-
-    // 3. Offsets.
-    let unit_bufs: Vec<pack::Buffer> = heads
-        .iter()
-        .zip(&unit_live)
-        .map(|(&h, &(lo, hi))| pack::Buffer { lower: lo as u64, upper: hi as u64, size: model.bytes[h as usize] })
-        .collect();
     let naive_bytes = model.size.iter().fold(0u64, |s, &x| s.saturating_add(x));
-    let lower_bound_bytes = pack::lower_bound(&unit_bufs, a);
-    if opts.reuse && opts.concurrent_lifetimes {
-        let (ipdom, merge, next_cut) = post_dominators(&dag);
-        let sink = ipdom.len() as u32;
-        for (u, lt) in unit_live.iter_mut().enumerate() {
-            let l = last[u] as usize;
-            // Where the readers' branches have met (the writer's, for a buffer nobody reads).
-            let pd = froms[l].iter().fold(None, |acc: Option<u32>, &g| {
-                let d = ipdom.get(g as usize).and_then(|&p| merge.get(p as usize)).copied().unwrap_or(sink);
-                Some(acc.map_or(d, |x| intersect(&ipdom, x, d)))
-            });
-            let pd = pd.unwrap_or(sink);
-            let cut = next_cut.get(lt.1.saturating_sub(1) as usize).copied().unwrap_or(sink);
-            lt.1 = lt.1.max(pd.min(cut).saturating_add(1));
-        }
-    }
-    let unit_bufs: Vec<pack::Buffer> = if opts.reuse && opts.concurrent_lifetimes {
-        unit_bufs.iter().zip(&unit_live).map(|(b, &(_, hi))| pack::Buffer { upper: hi as u64, ..*b }).collect()
-    } else {
-        unit_bufs
+    let pack_input = |live: &[Interval]| -> Vec<pack::Buffer> {
+        units
+            .head
+            .iter()
+            .zip(live)
+            .map(|(h, lt)| pack::Buffer { lower: lt.start.into(), upper: lt.end.into(), size: model.bytes[h.index()] })
+            .collect()
     };
-    let (mut unit_off, pool_optimal): (Vec<u64>, bool) = if opts.reuse {
+    // DESIGN.md 5's bound is over the plain lifetimes, before concurrent lifetimes extend them.
+    let lower_bound_bytes = pack::lower_bound(&pack_input(&units.live), a);
+    if opts.reuse && opts.concurrent_lifetimes {
+        concurrent::extend(groups, &mut units.live, &units.last, &froms);
+    }
+    let unit_bufs = pack_input(&units.live);
+
+    // 4. Offsets.
+    let (mut unit_off, pool_optimal) = if opts.reuse {
         let popts = pack::PackOptions {
             alignment: a,
             budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
             seed: opts.seed,
         };
         let p = pack::pack(&unit_bufs, &popts).map_err(|e| match e {
-            pack::PackError::Internal(v) => internal(format!("the packer's layout is invalid: {v}")),
-            e => GraphError::LimitExceeded {
-                what: format!("activation pool of graph '{}' ({e})", graph.name()),
-                value: 0,
-                limit: 0,
-            },
+            // A graph whose tensors are too large for 64-bit offsets: the user's limit, not a bug.
+            pack::PackError::Overflow { size, .. } => PlanError::Graph(graph_ir::GraphError::LimitExceeded {
+                what: format!("activation pool of graph '{}' (bytes; offsets overflow 64 bits)", graph.name()),
+                value: size,
+                limit: u64::MAX,
+            }),
+            pack::PackError::Internal(v) => bug(format!("the packer's layout is invalid: {v}")),
+            e => bug(format!("the packer rejected the pool's units: {e}")),
         })?;
         (p.offsets, p.optimal)
     } else {
-        let mut off = 0u64;
-        let offs = unit_bufs
-            .iter()
-            .map(|b| {
-                let o = off;
-                off = off.saturating_add(align_up(b.size, a));
-                o
-            })
-            .collect();
-        (offs, false)
+        (bump_offsets(&unit_bufs, a), false)
     };
     let pool_bytes =
         unit_bufs.iter().zip(&unit_off).map(|(b, &o)| o.saturating_add(align_up(b.size, a))).max().unwrap_or(0);
 
-    // 4. Prefer places the DAG already orders.
+    // 5. Prefer places the DAG already orders.
     if ordered && unit_bufs.len() > 1 {
-        let mut units: Vec<reuse::Unit> = (0..heads.len())
+        let mut placed: Vec<reuse::Unit> = (0..units.len())
             .map(|u| reuse::Unit {
-                live: unit_live[u],
+                live: units.live[u],
                 size: align_up(unit_bufs[u].size, a),
                 offset: unit_off[u],
-                writer: model.writer[heads[u] as usize],
-                froms: froms[last[u] as usize],
+                writer: model.writer[units.head[u].index()],
+                froms: froms[units.last[u].index()],
             })
             .collect();
-        let stats = reuse::prefer_ordered(&mut units, pool_bytes, &mut reach);
+        let stats = reuse::prefer_ordered(&mut placed, pool_bytes, &mut reach);
         tracing::debug!(revisited = stats.revisited, moved = stats.moved, "memory: ordered-reuse preference");
-        unit_off = units.iter().map(|u| u.offset).collect();
-        pack::check(&unit_bufs, &unit_off)
-            .map_err(|v| internal(format!("ordered-reuse moves broke the layout: {v}")))?;
+        unit_off = placed.iter().map(|u| u.offset).collect();
+        pack::check(&unit_bufs, &unit_off).map_err(|v| bug(format!("ordered-reuse moves broke the layout: {v}")))?;
     }
-
-    // Buffers and placements.
-    let mut pool_buffers = Vec::with_capacity(n);
-    for b in 0..n {
-        let off = unit_off[unit_index[unit_of[b] as usize] as usize];
-        let r = model.roots[b];
-        root_place.insert(r, (Region::Pool, off));
-        let (start, end) = live[b];
-        pool_buffers.push(PoolBuffer { root: r, live: Lifetime { start, end }, size: model.size[b], offset: off });
-    }
-    region_bytes[Region::Pool.index()] = pool_bytes;
     if pool_bytes > opts.max_pool_bytes {
-        return Err(GraphError::LimitExceeded {
+        return Err(PlanError::Graph(graph_ir::GraphError::LimitExceeded {
             what: format!("activation pool of graph '{}' (bytes)", graph.name()),
             value: pool_bytes,
             limit: opts.max_pool_bytes,
-        });
+        }));
     }
+
+    // Buffers and placements.
+    let regions::Outside { mut region_bytes, mut root_place, mut placement, output_copies } = outside;
+    let buffers: Vec<PoolBuffer> = (0..model.len())
+        .map(|b| {
+            let offset = unit_off[units.of[b].index()];
+            root_place.insert(model.roots[b], (Region::Pool, offset));
+            PoolBuffer { root: model.roots[b], live: live[b], size: model.size[b], offset }
+        })
+        .collect();
+    region_bytes[Region::Pool.index()] = pool_bytes;
     for (t, tensor) in graph.tensors() {
         if placement.contains_key(t) {
             continue;
         }
-        let r = classes.root[t];
+        let r = groups.root(t);
         if let Some(&(region, offset)) = root_place.get(r) {
             if classes.materialized.contains_key(r) || tensor.role.is_source() {
                 placement.insert(t, Placement { region, offset, bytes: tensor.size_bytes() as u64 });
@@ -431,11 +353,11 @@ pub fn analyse(
         }
     }
 
-    // 5. Reuse edges.
-    let sweep: Vec<reuse::SweepBuffer<'_>> = (0..n)
+    // 6. Reuse edges.
+    let sweep: Vec<reuse::SweepBuffer<'_>> = (0..model.len())
         .map(|b| reuse::SweepBuffer {
             live: live[b],
-            offset: pool_buffers[b].offset,
+            offset: buffers[b].offset,
             size: model.size[b],
             writer: model.writer[b],
             froms: froms[b],
@@ -443,14 +365,14 @@ pub fn analyse(
         .collect();
     let edges = reuse::edges(&sweep);
     let reuse_edges_not_implied = edges.iter().filter(|&&(f, t)| !reach.ordered(f, t)).count();
-    let reuse_edges = edges.into_iter().map(|(f, t)| ReuseEdge { from: GroupId(f), to: GroupId(t) }).collect();
+    let reuse_edges = edges.into_iter().map(|(from, to)| ReuseEdge { from, to }).collect();
     let in_place: Vec<(TensorId, TensorId, GroupId)> =
-        handovers.iter().map(|&(r, o, g)| (model.roots[r as usize], model.roots[o as usize], GroupId(g))).collect();
+        handovers.iter().map(|h| (model.roots[h.input.index()], model.roots[h.output.index()], h.group)).collect();
     Ok(MemoryPlan {
         alignment: a,
         region_bytes,
         placement,
-        buffers: pool_buffers,
+        buffers,
         naive_bytes,
         lower_bound_bytes,
         reuse_edges,
@@ -462,62 +384,16 @@ pub fn analyse(
     })
 }
 
-/// Immediate post-dominator of every group in `dag` (data edges), with a virtual sink `n` after every group:
-/// `ipdom[g] > g`, and every path from `g` to the end passes through `ipdom[g]` (reverse group order with the
-/// Cooper-Harvey-Kennedy intersection; group index is a topological numbering). Also, per group, the first
-/// post-dominator (itself included) with several predecessors (a merge of branches), and the first merge at or
-/// after it that no data edge spans; `n` when none. O(N + E) plus the intersections' walks up the tree.
-fn post_dominators(dag: &GroupDag) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-    let n = dag.len();
-    let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
-    for (g, ps) in dag.preds.iter().enumerate() {
-        for &p in ps {
-            if let Some(l) = succ.get_mut(p as usize) {
-                l.push(g as u32);
-            }
-        }
-    }
-    let sink = n as u32;
-    let mut ipdom = vec![sink; n];
-    for g in (0..n).rev() {
-        let mut it = succ[g].iter().copied();
-        let Some(first) = it.next() else { continue };
-        ipdom[g] = it.fold(first, |x, s| intersect(&ipdom, x, s));
-    }
-    let preds: Vec<usize> = dag.preds.iter().map(Vec::len).collect();
-    let mut merge = vec![sink; n];
-    for g in (0..n).rev() {
-        merge[g] = if preds[g] >= 2 { g as u32 } else { merge.get(ipdom[g] as usize).copied().unwrap_or(sink) };
-    }
-    // A cut: a merge that no data edge spans (no edge u -> v with u < j < v).
-    let mut next_cut = vec![sink; n];
-    let mut reach = vec![0u32; n];
-    let mut far = 0u32;
-    for (j, r) in reach.iter_mut().enumerate() {
-        *r = far;
-        far = far.max(succ[j].iter().copied().max().unwrap_or(j as u32));
-    }
-    let mut after = sink;
-    for j in (0..n).rev() {
-        if reach[j] <= j as u32 && preds[j] >= 2 {
-            after = j as u32;
-        }
-        next_cut[j] = after;
-    }
-    (ipdom, merge, next_cut)
-}
-
-/// Nearest common post-dominator of `a` and `b` (either may be the virtual sink `ipdom.len()`).
-fn intersect(ipdom: &[u32], mut a: u32, mut b: u32) -> u32 {
-    let sink = ipdom.len() as u32;
-    while a != b {
-        if a < b {
-            a = ipdom.get(a as usize).copied().unwrap_or(sink);
-        } else {
-            b = ipdom.get(b as usize).copied().unwrap_or(sink);
-        }
-    }
-    a
+/// Offsets without reuse: every unit after the one before.
+fn bump_offsets(bufs: &[pack::Buffer], a: u64) -> Vec<u64> {
+    let mut off = 0u64;
+    bufs.iter()
+        .map(|b| {
+            let o = off;
+            off = off.saturating_add(align_up(b.size, a));
+            o
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -538,8 +414,9 @@ mod tests {
         g.mark_output(d).unwrap();
         let order = topo::analyse(&g).unwrap();
         let f = fusion::analyse(&g, &order, &fusion::FusionOptions { enabled: false, ..Default::default() });
+        let gg = GroupGraph::new(&g, &order, &f);
         let opts = MemoryOptions { in_place: false, ..Default::default() };
-        let m = analyse(&g, &order, &f, &opts).unwrap();
+        let m = analyse(&g, &f, &gg, &Target::default(), &opts).unwrap();
         assert_eq!(m.naive_bytes, 3 * 1024);
         assert_eq!(m.lower_bound_bytes, 2 * 1024);
         assert_eq!(m.pool_bytes(), 2 * 1024);
@@ -551,7 +428,8 @@ mod tests {
         // c takes a's bytes: a's reader (b, group 1) must precede c's writer (group 2).
         assert_eq!(m.reuse_edges, vec![ReuseEdge { from: GroupId(1), to: GroupId(2) }]);
         assert_eq!(m.reuse_edges_not_implied, 0);
-        let naive = analyse(&g, &order, &f, &MemoryOptions { reuse: false, ..Default::default() }).unwrap();
+        let naive =
+            analyse(&g, &f, &gg, &Target::default(), &MemoryOptions { reuse: false, ..Default::default() }).unwrap();
         assert_eq!(naive.pool_bytes(), 3 * 1024);
         assert!(naive.reuse_edges.is_empty());
         assert_eq!(naive.in_place_count, 0);

@@ -1,70 +1,21 @@
-//! The kernel DAG (fused groups and their data edges, looking through views) and "is `a` ordered before `b`"
-//! queries on it, for the concurrency-aware choices of the memory pass.
+//! "Is group `a` ordered before group `b`?" queries over the group graph's data edges, for the
+//! concurrency-aware choices of the memory pass.
 //!
 //! Groups are numbered in a topological order (the fusion plan's), so every ancestor of `b` on a path from `a`
 //! has an index between the two, and its longest-path depth lies strictly between theirs. A query is a backward
 //! search from `b` that never leaves that window, bounded by a visit budget: when the budget runs out the answer
 //! is "not known to be ordered" (`false`), which only ever costs a missed preference or counts an edge as new,
-//! never safety. Queries cost O(visits); building the DAG is O(N + E).
+//! never safety. Queries cost O(visits).
 
-use graph_ir::ComputeGraph;
+use crate::group_graph::GroupGraph;
+use crate::ids::GroupId;
 
-use crate::fusion::FusionPlan;
-use crate::memory::writer_group;
-
-/// Data edges between fused groups, by group index.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct GroupDag {
-    /// Predecessors of each group (deduplicated, ascending).
-    pub preds: Vec<Vec<u32>>,
-    /// Longest path (in edges) from any source group.
-    pub depth: Vec<u32>,
-}
-
-impl GroupDag {
-    /// The DAG of `fusion`'s groups: `p -> g` when `g` reads a tensor whose bytes `p` writes.
-    pub fn new(graph: &ComputeGraph, fusion: &FusionPlan) -> GroupDag {
-        let n = fusion.groups.len();
-        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for (gi, g) in fusion.groups.iter().enumerate() {
-            for &t in &g.inputs {
-                if let Some(p) = writer_group(graph, fusion, t) {
-                    if p.index() != gi {
-                        preds[gi].push(p.0);
-                    }
-                }
-            }
-            preds[gi].sort_unstable();
-            preds[gi].dedup();
-        }
-        GroupDag::from_preds(preds)
-    }
-
-    /// The DAG with these predecessor lists (each predecessor index below its successor's).
-    pub fn from_preds(preds: Vec<Vec<u32>>) -> GroupDag {
-        let n = preds.len();
-        let mut depth = vec![0u32; n];
-        for (g, ps) in preds.iter().enumerate() {
-            for &p in ps {
-                // Predecessors come first in the numbering, so their depth is final.
-                depth[g] = depth[g].max(depth.get(p as usize).copied().unwrap_or(0) + 1);
-            }
-        }
-        GroupDag { preds, depth }
-    }
-
-    /// Number of groups.
-    pub fn len(&self) -> usize {
-        self.preds.len()
-    }
-}
-
-/// Bounded ancestor queries over a [`GroupDag`].
+/// Bounded ancestor queries over a [`GroupGraph`].
 pub(crate) struct Reach<'a> {
-    dag: &'a GroupDag,
+    dag: &'a GroupGraph,
     mark: Vec<u32>,
     stamp: u32,
-    stack: Vec<u32>,
+    stack: Vec<GroupId>,
     /// Most groups one query may visit.
     pub limit: usize,
     /// Queries that ran out of budget (answered `false`).
@@ -81,22 +32,22 @@ const VISITS_BASE: u64 = 1 << 20;
 
 impl<'a> Reach<'a> {
     /// Queries over `dag`, each visiting at most `limit` groups.
-    pub fn new(dag: &'a GroupDag, limit: usize) -> Reach<'a> {
+    pub fn new(dag: &'a GroupGraph, limit: usize) -> Reach<'a> {
         let total_left = VISITS_BASE.saturating_add(VISITS_PER_GROUP.saturating_mul(dag.len() as u64));
         Reach { dag, mark: vec![0; dag.len()], stamp: 0, stack: Vec::new(), limit, exhausted: 0, total_left }
     }
 
     /// True when `a == b` or a path of data edges leads from `a` to `b`; `false` when there is none or the
     /// search ran out of budget.
-    pub fn ordered(&mut self, a: u32, b: u32) -> bool {
+    pub fn ordered(&mut self, a: GroupId, b: GroupId) -> bool {
         if a == b {
             return true;
         }
-        let (ai, bi) = (a as usize, b as usize);
-        if a > b || ai >= self.dag.len() || bi >= self.dag.len() || self.dag.depth[ai] >= self.dag.depth[bi] {
+        let (ai, bi) = (a.index(), b.index());
+        if a > b || ai >= self.dag.len() || bi >= self.dag.len() || self.dag.depth(a) >= self.dag.depth(b) {
             return false;
         }
-        if self.dag.preds[bi].binary_search(&a).is_ok() {
+        if self.dag.preds(b).binary_search(&a).is_ok() {
             return true;
         }
         if self.total_left == 0 {
@@ -108,17 +59,17 @@ impl<'a> Reach<'a> {
             self.mark.iter_mut().for_each(|m| *m = 0);
             self.stamp = 1;
         }
-        let da = self.dag.depth[ai];
+        let da = self.dag.depth(a);
         self.stack.clear();
         self.stack.push(b);
         let mut visits = 0usize;
         while let Some(x) = self.stack.pop() {
-            for &p in &self.dag.preds[x as usize] {
+            for &p in self.dag.preds(x) {
                 if p == a {
                     return true;
                 }
-                let pi = p as usize;
-                if p < a || self.dag.depth[pi] <= da || self.mark[pi] == self.stamp {
+                let pi = p.index();
+                if p < a || self.dag.depth(p) <= da || self.mark[pi] == self.stamp {
                     continue;
                 }
                 self.mark[pi] = self.stamp;
@@ -142,29 +93,30 @@ mod tests {
     #[test]
     fn diamond_and_window() {
         // 0 -> 1 -> 3, 0 -> 2 -> 3, 4 alone.
-        let dag = GroupDag::from_preds(vec![vec![], vec![0], vec![0], vec![1, 2], vec![]]);
-        assert_eq!(dag.depth, vec![0, 1, 1, 2, 0]);
+        let g = GroupId;
+        let dag = GroupGraph::from_preds(vec![vec![], vec![g(0)], vec![g(0)], vec![g(1), g(2)], vec![]]);
+        assert_eq!((0..5).map(|i| dag.depth(g(i))).collect::<Vec<_>>(), vec![0, 1, 1, 2, 0]);
         let mut r = Reach::new(&dag, 100);
-        assert!(r.ordered(0, 3));
-        assert!(r.ordered(1, 3));
-        assert!(r.ordered(2, 2));
-        assert!(!r.ordered(1, 2));
-        assert!(!r.ordered(2, 1));
-        assert!(!r.ordered(3, 0));
-        assert!(!r.ordered(4, 3));
-        assert!(!r.ordered(0, 4));
+        assert!(r.ordered(g(0), g(3)));
+        assert!(r.ordered(g(1), g(3)));
+        assert!(r.ordered(g(2), g(2)));
+        assert!(!r.ordered(g(1), g(2)));
+        assert!(!r.ordered(g(2), g(1)));
+        assert!(!r.ordered(g(3), g(0)));
+        assert!(!r.ordered(g(4), g(3)));
+        assert!(!r.ordered(g(0), g(4)));
         assert_eq!(r.exhausted, 0);
     }
 
     #[test]
     fn budget_exhaustion_answers_false() {
         // A chain 0 -> 1 -> ... -> 9: from 0 to 9 needs 8 intermediate visits.
-        let preds: Vec<Vec<u32>> = (0..10u32).map(|i| if i == 0 { vec![] } else { vec![i - 1] }).collect();
-        let dag = GroupDag::from_preds(preds);
+        let preds: Vec<Vec<GroupId>> = (0..10u32).map(|i| if i == 0 { vec![] } else { vec![GroupId(i - 1)] }).collect();
+        let dag = GroupGraph::from_preds(preds);
         let mut r = Reach::new(&dag, 3);
-        assert!(!r.ordered(0, 9));
+        assert!(!r.ordered(GroupId(0), GroupId(9)));
         assert_eq!(r.exhausted, 1);
         let mut r = Reach::new(&dag, 8);
-        assert!(r.ordered(0, 9));
+        assert!(r.ordered(GroupId(0), GroupId(9)));
     }
 }

@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::ids::GroupId;
+use crate::interval::Interval;
 use crate::memory::reach::Reach;
 
 /// Address map: start offset -> (end offset, occupant) of the most recent occupant of each byte range.
@@ -69,22 +71,22 @@ impl AddressMap {
 /// A buffer as the edge sweep sees it.
 pub(crate) struct SweepBuffer<'a> {
     /// Live steps `[start, end)`.
-    pub live: (u32, u32),
+    pub live: Interval,
     /// Offset and aligned size.
     pub offset: u64,
     /// Aligned size.
     pub size: u64,
     /// The group that writes it.
-    pub writer: u32,
+    pub writer: GroupId,
     /// Groups that must finish before its bytes are taken (its readers, or its writer when unread).
-    pub froms: &'a [u32],
+    pub froms: &'a [GroupId],
 }
 
 /// For each buffer, the buffers whose bytes it takes last, as `(from, to)` group edges (from != to), sorted and
 /// deduplicated.
-pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(u32, u32)> {
+pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
     let mut by_start: Vec<usize> = (0..buffers.len()).collect();
-    by_start.sort_by_key(|&i| (buffers[i].live.0, i));
+    by_start.sort_by_key(|&i| (buffers[i].live.start, i));
     let mut map = AddressMap::default();
     let mut out = Vec::new();
     let (mut displaced, mut starts) = (Vec::new(), Vec::new());
@@ -108,15 +110,15 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(u32, u32)> {
 #[derive(Clone, Debug)]
 pub(crate) struct Unit<'a> {
     /// Live steps of the whole chain.
-    pub live: (u32, u32),
+    pub live: Interval,
     /// Aligned size.
     pub size: u64,
     /// Offset in the pool.
     pub offset: u64,
     /// Writer of the first member (the one that takes the bytes).
-    pub writer: u32,
+    pub writer: GroupId,
     /// Groups that must finish before the bytes are taken from the last member.
-    pub froms: &'a [u32],
+    pub froms: &'a [GroupId],
 }
 
 /// Units live with one unit that a revisit may look at; above it the unit stays where it is.
@@ -138,17 +140,17 @@ pub(crate) struct PreferStats {
 pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>) -> PreferStats {
     let n = units.len();
     let mut by_start: Vec<usize> = (0..n).collect();
-    by_start.sort_by_key(|&i| (units[i].live.0, i));
+    by_start.sort_by_key(|&i| (units[i].live.start, i));
     let mut map = AddressMap::default();
     // Units already swept that may still be live: (end, unit).
     let mut active: BTreeSet<(u32, usize)> = BTreeSet::new();
     let mut stats = PreferStats::default();
     let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: u32| {
+    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: GroupId| {
         occupants.iter().any(|&j| units[j as usize].froms.iter().any(|&f| !reach.ordered(f, writer)))
     };
     for (k, &i) in by_start.iter().enumerate() {
-        let (start, end) = units[i].live;
+        let Interval { start, end } = units[i].live;
         while let Some(&(e, j)) = active.first() {
             if e > start {
                 break;
@@ -160,7 +162,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
         if adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
             // Byte ranges of every unit live at the same time as this one.
-            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.0 < end).copied();
+            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end).copied();
             let neighbours: Vec<usize> = active.iter().map(|&(_, j)| j).chain(later).take(MAX_NEIGHBOURS + 1).collect();
             if neighbours.len() <= MAX_NEIGHBOURS {
                 let mut taken: Vec<(u64, u64)> =
@@ -200,32 +202,37 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::reach::GroupDag;
+    use crate::group_graph::GroupGraph;
+
+    fn g(i: u32) -> GroupId {
+        GroupId(i)
+    }
 
     #[test]
     fn sweep_finds_last_occupants_only() {
         // a [0,2) at 0, b [2,4) at 0 (takes a's bytes), c [4,6) at 0 (takes b's, not a's).
-        let r0 = [1u32];
-        let r1 = [3u32];
-        let r2 = [5u32];
+        let r0 = [g(1)];
+        let r1 = [g(3)];
+        let r2 = [g(5)];
         let bufs = [
-            SweepBuffer { live: (0, 2), offset: 0, size: 256, writer: 0, froms: &r0 },
-            SweepBuffer { live: (2, 4), offset: 0, size: 256, writer: 2, froms: &r1 },
-            SweepBuffer { live: (4, 6), offset: 0, size: 256, writer: 4, froms: &r2 },
+            SweepBuffer { live: Interval::new(0, 2), offset: 0, size: 256, writer: g(0), froms: &r0 },
+            SweepBuffer { live: Interval::new(2, 4), offset: 0, size: 256, writer: g(2), froms: &r1 },
+            SweepBuffer { live: Interval::new(4, 6), offset: 0, size: 256, writer: g(4), froms: &r2 },
         ];
-        assert_eq!(edges(&bufs), vec![(1, 2), (3, 4)]);
+        assert_eq!(edges(&bufs), vec![(g(1), g(2)), (g(3), g(4))]);
     }
 
     #[test]
     fn a_unit_moves_to_a_gap_its_writer_already_follows() {
-        // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Units (froms are the groups that must finish first): A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
+        // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Units (froms are the groups that must finish first):
+        // A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
         // 2 is not an ancestor of 3, 1 is: C should move to offset 0 (A's bytes).
-        let dag = GroupDag::from_preds(vec![vec![], vec![0], vec![0], vec![1]]);
+        let dag = GroupGraph::from_preds(vec![vec![], vec![g(0)], vec![g(0)], vec![g(1)]]);
         let mut reach = Reach::new(&dag, 64);
         let mut units = vec![
-            Unit { live: (0, 1), size: 256, offset: 0, writer: 1, froms: &[1] },
-            Unit { live: (0, 1), size: 256, offset: 256, writer: 2, froms: &[2] },
-            Unit { live: (1, 2), size: 256, offset: 256, writer: 3, froms: &[3] },
+            Unit { live: Interval::new(0, 1), size: 256, offset: 0, writer: g(1), froms: &[GroupId(1)] },
+            Unit { live: Interval::new(0, 1), size: 256, offset: 256, writer: g(2), froms: &[GroupId(2)] },
+            Unit { live: Interval::new(1, 2), size: 256, offset: 256, writer: g(3), froms: &[GroupId(3)] },
         ];
         let s = prefer_ordered(&mut units, 512, &mut reach);
         assert_eq!(s, PreferStats { revisited: 1, moved: 1 });

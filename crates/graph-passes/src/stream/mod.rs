@@ -40,14 +40,18 @@ mod schedule;
 mod sync;
 
 pub use csr::Csr;
+pub use sync::waits_for_initial_work;
 
 use graph_ir::ComputeGraph;
 use serde::{Deserialize, Serialize};
 
-use crate::device::{estimate_group, DeviceProfile};
+use crate::device::DeviceProfile;
+use crate::estimate::estimate_group;
 use crate::fusion::FusionPlan;
+use crate::group_graph::GroupGraph;
 use crate::ids::{GroupId, StreamId};
-use crate::memory::{writer_group, MemoryPlan};
+use crate::memory::MemoryPlan;
+use crate::target::Target;
 use crate::timing::{self, LaunchMode, Task, TaskId};
 
 /// Default reachability window of the transitive reduction (groups).
@@ -61,10 +65,8 @@ pub const MERGE_CHAINS_PER_STREAM: usize = 16;
 /// Options of the stream pass.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StreamOptions {
-    /// Most streams to use (>= 1).
-    pub max_streams: usize,
-    /// The device the cost model describes.
-    pub device: DeviceProfile,
+    /// Most streams to use and the device the cost model describes.
+    pub target: Target,
     /// Launch overhead the cost model adds to each group.
     #[serde(default)]
     pub launch_mode: LaunchMode,
@@ -84,15 +86,20 @@ fn default_window() -> usize {
 }
 
 impl StreamOptions {
-    /// `max_streams` streams on `device`, graph-replay overhead, the default window.
-    pub fn new(max_streams: usize, device: DeviceProfile) -> Self {
-        StreamOptions { max_streams, device, launch_mode: LaunchMode::Graph, window: DEFAULT_WINDOW, reorder: false }
+    /// For `target`, graph-replay overhead, the default window.
+    pub fn new(target: Target) -> Self {
+        StreamOptions { target, launch_mode: LaunchMode::Graph, window: DEFAULT_WINDOW, reorder: false }
+    }
+
+    /// `max_streams` streams on the default device (tests and plain-DAG analyses).
+    pub fn with_streams(max_streams: usize) -> Self {
+        StreamOptions::new(Target::new(max_streams, DeviceProfile::default()))
     }
 }
 
 impl Default for StreamOptions {
     fn default() -> Self {
-        StreamOptions::new(1, DeviceProfile::default())
+        StreamOptions::with_streams(1)
     }
 }
 
@@ -174,57 +181,34 @@ impl StreamPlan {
     }
 }
 
-/// Predecessors of every group: data edges (looking through views) and reuse edges, deduplicated.
-pub fn group_predecessors(graph: &ComputeGraph, fusion: &FusionPlan, memory: &MemoryPlan) -> Vec<Vec<GroupId>> {
-    let mut preds = group_data_predecessors(graph, fusion);
-    for e in &memory.reuse_edges {
-        if e.from != e.to {
-            preds[e.to.index()].push(e.from);
-        }
-    }
-    for p in &mut preds {
-        p.sort_unstable();
-        p.dedup();
-    }
-    preds
-}
-
-/// Predecessors of every group through data edges alone (sorted, deduplicated).
-pub fn group_data_predecessors(graph: &ComputeGraph, fusion: &FusionPlan) -> Vec<Vec<GroupId>> {
-    let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); fusion.groups.len()];
-    for (gi, g) in fusion.groups.iter().enumerate() {
-        for &t in &g.inputs {
-            if let Some(p) = writer_group(graph, fusion, t) {
-                if p.index() != gi {
-                    preds[gi].push(p);
-                }
-            }
-        }
-    }
-    for p in &mut preds {
-        p.sort_unstable();
-        p.dedup();
-    }
-    preds
+/// Predecessors of every group: the group graph's data edges and the memory plan's reuse edges, deduplicated.
+pub fn group_predecessors(groups: &GroupGraph, memory: &MemoryPlan) -> Vec<Vec<GroupId>> {
+    groups.preds_with(memory.reuse_edges.iter().map(|e| (e.from, e.to)))
 }
 
 /// Modelled time (with the launch overhead of `opts.launch_mode`) and occupancy of every group.
 pub fn group_costs(graph: &ComputeGraph, fusion: &FusionPlan, opts: &StreamOptions) -> (Vec<f64>, Vec<f64>) {
-    let overhead = opts.launch_mode.overhead_us(&opts.device);
+    let overhead = opts.launch_mode.overhead_us(&opts.target.device);
     fusion
         .groups
         .iter()
         .map(|g| {
-            let e = estimate_group(graph, g, &opts.device).1;
+            let e = estimate_group(graph, g, &opts.target.device).1;
             (e.time_us + overhead, e.occupancy)
         })
         .unzip()
 }
 
 /// Run the stream pass.
-pub fn analyse(graph: &ComputeGraph, fusion: &FusionPlan, memory: &MemoryPlan, opts: &StreamOptions) -> StreamPlan {
+pub fn analyse(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    memory: &MemoryPlan,
+    opts: &StreamOptions,
+) -> StreamPlan {
     let _span = tracing::debug_span!("stream").entered();
-    let preds = group_predecessors(graph, fusion, memory);
+    let preds = group_predecessors(groups, memory);
     let (time, occupancy) = group_costs(graph, fusion, opts);
     assign(&preds, &time, &occupancy, opts)
 }
@@ -295,7 +279,7 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
         let _s = tracing::debug_span!("chains").entered();
         chains::decompose(&reduced, |u, v| top[u as usize] + time[u as usize] + bottom[v as usize])
     };
-    let k = opts.max_streams.max(1);
+    let k = opts.target.streams.max(1);
     let by_chain =
         |chain_stream: &[u32]| -> Vec<u32> { (0..n).map(|g| chain_stream[chains.chain_of[g] as usize]).collect() };
     let mut prev = vec![u32::MAX; n];

@@ -71,3 +71,38 @@ pub fn reduce(preds: &Csr, stream_of: &[u32], order: &[u32], num_streams: usize)
     syncs.sort_unstable();
     syncs
 }
+
+/// Which groups must wait for the work stream 0 submits before every group (the copies of graph outputs that
+/// alias sources, followed by one event): a group that reads what that work writes (`reads_initial[g]`) waits
+/// on the event unless its stream already knows the work is done. Stream 0 always knows; another stream learns
+/// it by waiting on an event recorded by a stream that knew. `syncs_into[g]` lists the groups whose events `g`
+/// waits on, `event_source[g]` whether another stream waits on `g`'s event; `order` is the submission order.
+/// The first waiter of each stream waits; later ones on that stream are covered by stream order.
+pub fn waits_for_initial_work(
+    order: &[usize],
+    stream_of: &[usize],
+    syncs_into: &[Vec<usize>],
+    event_source: &[bool],
+    reads_initial: &[bool],
+    num_streams: usize,
+) -> Vec<bool> {
+    let mut knows = vec![false; num_streams.max(1)];
+    knows[0] = true;
+    // Per group whose event others wait on: whether its stream knew when the event was recorded.
+    let mut event_knows = vec![false; stream_of.len()];
+    let mut wait = vec![false; stream_of.len()];
+    for &g in order {
+        let s = stream_of[g];
+        if syncs_into[g].iter().any(|&f| event_knows[f]) {
+            knows[s] = true;
+        }
+        if !knows[s] && reads_initial[g] {
+            wait[g] = true;
+            knows[s] = true;
+        }
+        if event_source[g] {
+            event_knows[g] = knows[s];
+        }
+    }
+    wait
+}

@@ -5,7 +5,8 @@
 use graph_ir::op::CustomOp;
 use graph_ir::rng::SplitMix64;
 use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, TensorId, TensorRole, TensorSpec};
-use graph_passes::fusion::{self, FusionCaps, FusionOptions, FusionPlan, FusionTarget, GroupKind, RejectReason};
+use graph_passes::fusion::{self, FusionCaps, FusionOptions, FusionPlan, GroupKind, RejectReason};
+use graph_passes::target::Target;
 use graph_passes::topo;
 use std::collections::{HashMap, HashSet};
 
@@ -20,7 +21,7 @@ pub fn fuse(g: &ComputeGraph, opts: &FusionOptions) -> FusionPlan {
 /// Run the pass with `opts` for `streams` streams on the default device.
 pub fn fuse_streams(g: &ComputeGraph, opts: &FusionOptions, streams: usize) -> FusionPlan {
     let order = topo::analyse(g).unwrap();
-    fusion::analyse_for(g, &order, opts, &FusionTarget { streams, ..Default::default() })
+    fusion::analyse_for(g, &order, opts, &Target { streams, ..Default::default() })
 }
 
 /// Node names of every group, in execution order.

@@ -21,7 +21,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let launches = plan.steps.iter().filter(|s| matches!(s, PlanStep::Launch { .. })).count() as u64;
     counter(Field::KernelCountFused, plan.kernel_count_fused as u64, launches);
     counter(Field::EventCount, plan.event_count as u64, ix.num_events as u64);
-    counter(Field::PoolBytes, plan.pool_bytes, plan.region_bytes(Region::Pool));
+    counter(Field::PoolBytes, plan.pool_bytes as u64, plan.region_bytes(Region::Pool));
     if plan.num_streams == 0 {
         // Every step would be out of range; say it once.
         let used = plan.steps.iter().map(|s| u64::from(s.stream().0) + 1).max().unwrap_or(1);

@@ -26,11 +26,11 @@
 //! **Zero-size buffers** get offset 0 and never conflict. Offsets are computed with checked arithmetic: a pool
 //! that does not fit in `u64` is an error, never a wrap.
 
-mod check;
 pub mod csv;
 mod greedy;
 mod instance;
 mod search;
+mod validate;
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -38,8 +38,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use check::{check, PackViolation};
 pub use greedy::{Fit, Order};
+pub use validate::{check, PackViolation};
 
 use instance::Instance;
 

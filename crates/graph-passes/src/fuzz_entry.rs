@@ -7,7 +7,7 @@
 //! two buffers live at the same time sharing a byte, a height below the end of a buffer or below the
 //! unaligned lower bound, or above the naive sum of aligned sizes.
 
-use graph_ir::check::ByteSource;
+use graph_ir::fuzz_entry::ByteSource;
 
 use crate::memory::pack::{pack, Buffer, PackOptions};
 

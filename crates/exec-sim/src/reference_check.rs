@@ -9,7 +9,7 @@
 use graph_plan::exec::fill_missing;
 use graph_plan::ir::ComputeGraph;
 use graph_plan::{
-    verify, BindingRole, DType, ExecutionPlan, GraphError, HostTensor, Op, PlanOptions, Shape, TensorMap, Violation,
+    verify, BindingRole, DType, ExecutionPlan, HostTensor, Op, PlanError, PlanOptions, Shape, TensorMap, Violation,
 };
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -85,7 +85,7 @@ pub enum CheckError {
         /// "reference" or "optimised".
         which: &'static str,
         /// The error.
-        source: GraphError,
+        source: PlanError,
     },
     /// A plan failed `graph_plan::verify`.
     #[error("the {which} plan fails verify: {}", .violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]

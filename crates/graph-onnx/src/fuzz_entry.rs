@@ -10,7 +10,7 @@ use crate::{import as import_model, ImportOptions};
 /// Import `bytes` with default options and check what comes out (see the module doc).
 pub fn import(bytes: &[u8]) -> Result<(), String> {
     let model = import_model(bytes, &ImportOptions::default()).map_err(|e| e.to_string())?;
-    graph_ir::check::assert_valid(&model.graph);
+    graph_ir::fuzz_entry::assert_valid(&model.graph);
     for w in &model.weights {
         let want = w.shape.byte_size(w.dtype);
         assert!(
@@ -26,5 +26,5 @@ pub fn import(bytes: &[u8]) -> Result<(), String> {
     }
     // A NaN or infinite float attribute (Pad's value, LeakyRelu's alpha) cannot be written as JSON: that is
     // an `Err`, not a crash; any other difference panics inside.
-    graph_ir::check::json_roundtrip(&model.graph)
+    graph_ir::fuzz_entry::json_roundtrip(&model.graph)
 }

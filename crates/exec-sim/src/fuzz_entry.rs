@@ -1,7 +1,7 @@
 //! Fuzzing and property entry point for the whole pipeline's numbers: a small random graph, the reference plan
 //! and an optimised plan (fusion, reuse, in-place, several streams), both run on the simulator — the optimised
 //! one in a seeded adversarial schedule with the race detector on — and every output compared
-//! ([`crate::check`]). The same function runs under proptest in `cargo test` (`tests/differential.rs`) and under
+//! ([`crate::reference_check`]). The same function runs under proptest in `cargo test` (`tests/differential.rs`) and under
 //! `cargo fuzz` (`fuzz/fuzz_targets/sim_diff.rs`).
 //!
 //! Contract: `Err(reason)` for graphs or options rejected with an error, graphs too large to simulate quickly
@@ -10,12 +10,12 @@
 //! Gather index out of range); a **panic only on a real invariant violation**: a plan failing `verify` or the
 //! plan invariants, a race or run error in the optimised plan only, different outputs, or numbers that differ.
 
-use graph_plan::check::{build_and_verify, options_from_bytes};
-use graph_plan::ir::check::{graph_from_bytes, ByteSource};
+use graph_plan::fuzz_entry::{build_and_verify, options_from_bytes};
+use graph_plan::ir::fuzz_entry::{graph_from_bytes, ByteSource};
 use graph_plan::ir::ComputeGraph;
 use graph_plan::{ExecutionPlan, Op, PlanOptions, TensorMap};
 
-use crate::check::{check_plans, CheckError, CheckOptions};
+use crate::reference_check::{check_plans, CheckError, CheckOptions};
 use crate::Schedule;
 
 /// Largest graph a fuzz run simulates: bytes of all its tensors.

@@ -10,7 +10,7 @@
 //! - more launches than the graph's kernels (fusion only merges), or more streams than allowed;
 //! - the plan's JSON form does not load back to the same plan.
 
-use graph_ir::check::ByteSource;
+use graph_ir::fuzz_entry::ByteSource;
 use graph_ir::ComputeGraph;
 
 use crate::build::{OrderStrategy, PlanOptions};
@@ -33,13 +33,13 @@ pub fn assert_plan_invariants(plan: &ExecutionPlan, opts: &PlanOptions) {
     }
     let s = plan.stats();
     assert!(
-        plan.pool_bytes >= s.lower_bound_bytes,
+        plan.pool_bytes as u64 >= s.lower_bound_bytes,
         "invariant: plan of '{name}': pool {} below its lower bound {}",
         plan.pool_bytes,
         s.lower_bound_bytes
     );
     assert!(
-        plan.pool_bytes <= s.naive_bytes,
+        plan.pool_bytes as u64 <= s.naive_bytes,
         "invariant: plan of '{name}': pool {} above the naive {} bytes",
         plan.pool_bytes,
         s.naive_bytes
@@ -98,7 +98,7 @@ pub fn plan_from_bytes(bytes: &[u8]) -> Result<(), String> {
     let mut b = ByteSource::new(bytes);
     let opts = options_from_bytes(&mut b);
     let rest = bytes.get(4..).unwrap_or(&[]);
-    let graph = graph_ir::check::graph_from_bytes(rest).map_err(|e| e.to_string())?;
+    let graph = graph_ir::fuzz_entry::graph_from_bytes(rest).map_err(|e| e.to_string())?;
     let optimised = build_and_verify(&graph, &opts);
     build_and_verify(&graph, &PlanOptions::reference())?;
     optimised.map(|_| ())

@@ -1,0 +1,202 @@
+//! The group graph: what every pass after fusion needs to know about the fused program, derived once from
+//! (graph, topological order, fusion plan) and passed to memory, stream, memory-aware ordering and lowering.
+//!
+//! - **alias roots**: a view's output shares its input's bytes, so each tensor has a root (itself, or its
+//!   view chain's first input), found in one pass in topological order ([`alias_roots`]);
+//! - **writer group** of each tensor: the group whose launch writes its bytes, looking through views outside
+//!   groups (absent for sources);
+//! - **data edges** between groups: `p -> g` when `g` reads a tensor `p` writes (deduplicated, ascending;
+//!   `p < g` because group order is topological), with successors and each group's longest-path depth;
+//! - **readers** of each alias group: the groups that read any member, ascending. With a group's position
+//!   this gives launch-level lifetimes ([`GroupGraph::lifetime`]).
+//!
+//! Building it is O(N + E); every query is O(1) or a slice.
+
+use graph_ir::{ComputeGraph, TensorId};
+use slotmap::SecondaryMap;
+
+use crate::fusion::FusionPlan;
+use crate::ids::GroupId;
+use crate::interval::Interval;
+use crate::topo::TopoOrder;
+
+/// The alias root of every tensor: itself, or for a view's output its input's root. `order` must be a
+/// topological order of `graph` (a view of a view is then seen after the view it reads).
+pub fn alias_roots(graph: &ComputeGraph, order: &TopoOrder) -> SecondaryMap<TensorId, TensorId> {
+    let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+    for (t, _) in graph.tensors() {
+        root.insert(t, t);
+    }
+    for &n in &order.order {
+        let node = graph.node(n);
+        if node.op.is_view() {
+            if let (Some(&i), Some(&o)) = (node.inputs.first(), node.outputs.first()) {
+                let r = root[i];
+                root.insert(o, r);
+            }
+        }
+    }
+    root
+}
+
+/// Group-level facts of a fused program (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct GroupGraph {
+    root: SecondaryMap<TensorId, TensorId>,
+    writer: SecondaryMap<TensorId, GroupId>,
+    preds: Vec<Vec<GroupId>>,
+    succs: Vec<Vec<GroupId>>,
+    depth: Vec<u32>,
+    readers: SecondaryMap<TensorId, Vec<GroupId>>,
+}
+
+impl GroupGraph {
+    /// The group graph of `fusion` (made for `order`) over `graph`.
+    pub fn new(graph: &ComputeGraph, order: &TopoOrder, fusion: &FusionPlan) -> GroupGraph {
+        let root = alias_roots(graph, order);
+        let mut writer: SecondaryMap<TensorId, GroupId> = SecondaryMap::with_capacity(graph.num_tensors());
+        for &n in &order.order {
+            let node = graph.node(n);
+            let w = match fusion.group_of.get(n) {
+                Some(&g) => Some(g),
+                // A view outside groups: its bytes are its input's, written by the input's writer.
+                None => node.inputs.first().and_then(|&i| writer.get(i)).copied(),
+            };
+            if let Some(w) = w {
+                for &o in &node.outputs {
+                    writer.insert(o, w);
+                }
+            }
+        }
+        let ng = fusion.groups.len();
+        let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); ng];
+        for (gi, g) in fusion.groups.iter().enumerate() {
+            let ps = &mut preds[gi];
+            ps.extend(g.inputs.iter().filter_map(|&t| writer.get(t)).filter(|p| p.index() != gi));
+            ps.sort_unstable();
+            ps.dedup();
+        }
+        let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); ng];
+        let mut depth = vec![0u32; ng];
+        for (g, ps) in preds.iter().enumerate() {
+            for &p in ps {
+                if let Some(s) = succs.get_mut(p.index()) {
+                    s.push(GroupId::from_index(g));
+                }
+                // Predecessors come first in group order, so their depth is final.
+                depth[g] = depth[g].max(depth.get(p.index()).copied().unwrap_or(0) + 1);
+            }
+        }
+        let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
+        for (t, _) in graph.tensors() {
+            for &c in graph.consumers(t) {
+                if let Some(&g) = fusion.group_of.get(c) {
+                    match readers.entry(root[t]) {
+                        Some(e) => e.or_default().push(g),
+                        None => continue,
+                    }
+                }
+            }
+        }
+        for (_, rs) in readers.iter_mut() {
+            rs.sort_unstable();
+            rs.dedup();
+        }
+        GroupGraph { root, writer, preds, succs, depth, readers }
+    }
+
+    /// A group graph with these data predecessor lists and no tensors (each predecessor below its successor),
+    /// for tests and for analyses over plain DAGs.
+    pub fn from_preds(preds: Vec<Vec<GroupId>>) -> GroupGraph {
+        let n = preds.len();
+        let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); n];
+        let mut depth = vec![0u32; n];
+        for (g, ps) in preds.iter().enumerate() {
+            for &p in ps {
+                if let Some(s) = succs.get_mut(p.index()) {
+                    s.push(GroupId::from_index(g));
+                }
+                depth[g] = depth[g].max(depth.get(p.index()).copied().unwrap_or(0) + 1);
+            }
+        }
+        GroupGraph { preds, succs, depth, ..GroupGraph::default() }
+    }
+
+    /// Number of groups.
+    pub fn len(&self) -> usize {
+        self.preds.len()
+    }
+
+    /// True when there are no groups.
+    pub fn is_empty(&self) -> bool {
+        self.preds.is_empty()
+    }
+
+    /// The alias root of `t` (itself unless `t` is a view's output).
+    pub fn root(&self, t: TensorId) -> TensorId {
+        self.root.get(t).copied().unwrap_or(t)
+    }
+
+    /// Every tensor's alias root.
+    pub fn roots(&self) -> &SecondaryMap<TensorId, TensorId> {
+        &self.root
+    }
+
+    /// The group whose launch writes `t`'s bytes (`None` for sources and what only views of sources make).
+    pub fn writer(&self, t: TensorId) -> Option<GroupId> {
+        self.writer.get(t).copied()
+    }
+
+    /// Data predecessors of `g` (ascending, without `g`).
+    pub fn preds(&self, g: GroupId) -> &[GroupId] {
+        self.preds.get(g.index()).map_or(&[], Vec::as_slice)
+    }
+
+    /// Data predecessors of every group, indexed by group.
+    pub fn all_preds(&self) -> &[Vec<GroupId>] {
+        &self.preds
+    }
+
+    /// Data successors of `g` (ascending).
+    pub fn succs(&self, g: GroupId) -> &[GroupId] {
+        self.succs.get(g.index()).map_or(&[], Vec::as_slice)
+    }
+
+    /// Longest path (in edges) from a source group to `g`.
+    pub fn depth(&self, g: GroupId) -> u32 {
+        self.depth.get(g.index()).copied().unwrap_or(0)
+    }
+
+    /// The groups that read any member of the alias group rooted at `root` (ascending).
+    pub fn readers(&self, root: TensorId) -> &[GroupId] {
+        self.readers.get(root).map_or(&[], Vec::as_slice)
+    }
+
+    /// Predecessors of every group through data edges and `extra` edges `(from, to)` (reuse edges), sorted and
+    /// deduplicated; self-edges are dropped.
+    pub fn preds_with(&self, extra: impl IntoIterator<Item = (GroupId, GroupId)>) -> Vec<Vec<GroupId>> {
+        let mut preds = self.preds.clone();
+        for (from, to) in extra {
+            if from != to {
+                if let Some(p) = preds.get_mut(to.index()) {
+                    p.push(from);
+                }
+            }
+        }
+        for p in &mut preds {
+            p.sort_unstable();
+            p.dedup();
+        }
+        preds
+    }
+
+    /// The launch-level lifetime of the alias group rooted at `root` when group `g` runs at step `pos[g]`: from
+    /// its writer's step to one past its last reader's (its writer's step alone when nobody reads it). `None`
+    /// for a group no launch writes.
+    pub fn lifetime(&self, root: TensorId, pos: &[u32]) -> Option<Interval> {
+        let w = self.writer(root)?;
+        let start = pos.get(w.index()).copied()?;
+        let last = self.readers(root).iter().filter_map(|g| pos.get(g.index()).copied()).max().unwrap_or(start);
+        Some(Interval::new(start, last.max(start) + 1))
+    }
+}

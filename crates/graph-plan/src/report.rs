@@ -1,0 +1,137 @@
+//! The report beside the plan: [`PlanStats`], computed from the finished plan, its device profile and the
+//! group graph's edges (DESIGN.md section 5 gives each figure's one definition). Timing figures come from the
+//! shared evaluator (`graph_passes::timing`) run on the plan's own steps; the bounds are evaluated over the
+//! group DAG the plan was made from (data edges, plus the memory plan's reuse edges), so that they hold for
+//! every stream assignment, not just this one. Nothing here feeds back into planning.
+
+use graph_ir::{ComputeGraph, OpCategory};
+use graph_passes::device::DeviceProfile;
+use graph_passes::group_graph::GroupGraph;
+use graph_passes::memory::MemoryPlan;
+use graph_passes::stream::StreamPlan;
+use graph_passes::timing::{self, LaunchMode, SimStep, Timeline, TimingError};
+use graph_passes::{GroupId, PlanResult};
+
+use crate::build::{bug, OrderChoice, OrderOutcome};
+use crate::plan::{ExecutionPlan, PlanStats, PlanStep};
+
+/// What the report needs beyond the plan: the facts the pipeline derived once.
+pub(crate) struct Facts<'a> {
+    /// The group graph (data edges).
+    pub groups: &'a GroupGraph,
+    /// The memory plan (reuse edges, bounds, counts).
+    pub memory: &'a MemoryPlan,
+    /// The stream plan (submission order, chains, waits).
+    pub streams: &'a StreamPlan,
+    /// What memory-aware ordering chose, when asked.
+    pub order: Option<OrderOutcome>,
+    /// The stream limit the plan was made for.
+    pub max_streams: usize,
+}
+
+/// The figures of `plan` (see the module docs); `pass_ms` is left for the driver to fill.
+pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>) -> PlanResult<PlanStats> {
+    let (mem, streams) = (f.memory, f.streams);
+    let device = &plan.device;
+    let timing_bug = |e: TimingError| bug("report", format!("timing: {e}"));
+    let mut bytes_moved = plan.kernels.iter().fold(0u64, |s, k| s.saturating_add(k.cost.bytes()));
+    for s in &plan.steps {
+        if let PlanStep::Copy { bytes, node: Some(_), .. } = s {
+            bytes_moved = bytes_moved.saturating_add(2 * bytes);
+        }
+    }
+    let bytes_moved_unfused = graph
+        .nodes()
+        .filter(|(_, n)| n.op.category() != OpCategory::View)
+        .map(|(id, _)| graph.node_cost(id).bytes())
+        .fold(0u64, u64::saturating_add);
+    let t = simulate_plan(plan, device, LaunchMode::Graph).map_err(timing_bug)?;
+    // The bounds of any stream assignment: the same launches with the group DAG's edges as their only
+    // dependencies. Steps run the copies of aliased outputs first, then one step per group.
+    let (mut tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;
+    let ng = f.groups.len();
+    let first = tasks.len().saturating_sub(ng);
+    let order = streams.submission_order();
+    let mut task_of = vec![0usize; order.len()];
+    for (i, g) in order.iter().enumerate() {
+        task_of[g.index()] = first + i;
+    }
+    let mut bound_over = |preds: &[Vec<GroupId>]| {
+        for (i, task) in tasks.iter_mut().enumerate() {
+            task.deps = match i.checked_sub(first) {
+                Some(j) => {
+                    preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect()
+                }
+                None => Vec::new(),
+            };
+        }
+        timing::dag_bound(&tasks, t.overhead_us).map_err(timing_bug)
+    };
+    let b = bound_over(&f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to))))?;
+    let data = bound_over(f.groups.all_preds())?;
+    let order_outcome = f.order.unwrap_or(OrderOutcome {
+        given_lower_bound_bytes: mem.lower_bound_bytes,
+        chosen_lower_bound_bytes: mem.lower_bound_bytes,
+        chosen: OrderChoice::Given,
+        optimal: false,
+    });
+    Ok(PlanStats {
+        nodes: graph.num_nodes(),
+        tensors: graph.num_tensors(),
+        naive_bytes: mem.naive_bytes,
+        lower_bound_bytes: mem.lower_bound_bytes,
+        events_before_reduction: streams.events_before_reduction,
+        waits: streams.syncs.len(),
+        chains: streams.chains,
+        makespan_us: t.makespan_us,
+        makespan_bound_us: b.critical_path_us.max(b.area_us),
+        critical_path_us: b.critical_path_us,
+        area_us: b.area_us,
+        energetic_bound_us: b.bound_us,
+        data_bound_us: data.critical_path_us.max(data.area_us),
+        one_stream_us: t.serial_us,
+        stream_limit_bound_us: b.bound_us.max(t.serial_us / f.max_streams.max(1) as f64),
+        given_order_lower_bound_bytes: order_outcome.given_lower_bound_bytes,
+        order_chosen: order_outcome.chosen,
+        order_optimal: order_outcome.optimal,
+        reuse_edges: mem.reuse_edges.len(),
+        reuse_edges_added: mem.reuse_edges_not_implied,
+        in_place_count: mem.in_place_count,
+        bytes_moved,
+        bytes_moved_unfused,
+        pass_ms: Vec::new(),
+    })
+}
+
+/// The timing evaluator on a plan's steps (DESIGN.md 5): each launch takes its kernel's modelled time and
+/// occupancy, a copy reads and writes its bytes at DRAM bandwidth on one block's worth of the device,
+/// records and waits become dependencies; `mode` sets the launch overhead.
+pub fn simulate_plan(plan: &ExecutionPlan, device: &DeviceProfile, mode: LaunchMode) -> Result<Timeline, TimingError> {
+    let (tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device))?;
+    timing::simulate_on(&tasks, device, mode)
+}
+
+fn plan_sim_steps(plan: &ExecutionPlan, device: &DeviceProfile) -> Vec<SimStep> {
+    let copy_occupancy = device.occupancy(1);
+    plan.steps
+        .iter()
+        .map(|s| match s {
+            PlanStep::Launch { stream, kernel, .. } => {
+                let e = plan.kernel(*kernel).map(|k| k.estimate).unwrap_or_default();
+                SimStep::Work {
+                    stream: *stream,
+                    duration_us: e.time_us,
+                    occupancy: e.occupancy.clamp(copy_occupancy, 1.0),
+                }
+            }
+            // As exec-sim's timing model: a copy reads and writes its bytes at DRAM bandwidth.
+            PlanStep::Copy { stream, bytes, .. } => SimStep::Work {
+                stream: *stream,
+                duration_us: 2.0 * *bytes as f64 / device.mem_bandwidth.max(1.0) * 1e6,
+                occupancy: copy_occupancy,
+            },
+            PlanStep::Record { stream, event } => SimStep::Record { stream: *stream, event: event.0 },
+            PlanStep::Wait { stream, event } => SimStep::Wait { stream: *stream, event: event.0 },
+        })
+        .collect()
+}
