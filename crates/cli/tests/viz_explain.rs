@@ -186,7 +186,7 @@ fn plan_explain_fusion_text_and_json() {
 fn verbose_shows_per_pass_timings_and_quiet_shows_nothing() {
     let o = cuplan(&["-v", "plan", "examples/mlp.json"]);
     let err = String::from_utf8_lossy(&o.stderr);
-    for pass in ["topo", "liveness", "fusion", "memory", "stream", "linearise"] {
+    for pass in graph_plan::Pass::ALL.map(graph_plan::Pass::name) {
         let line = err
             .lines()
             .find(|l| l.contains(&format!("pass{{name=\"{pass}\"}}")) && l.contains("close"))

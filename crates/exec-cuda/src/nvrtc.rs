@@ -130,8 +130,8 @@ pub fn compile(kernel: &str, source: &str, options: &CompileOptions) -> CudaResu
     compile_uncached(kernel, source, options)
 }
 
-/// The compile itself; `probe` calls it before NVRTC is known to work, so it checks only what cannot panic.
-pub(crate) fn compile_uncached(kernel: &str, source: &str, options: &CompileOptions) -> CudaResult<Ptx> {
+/// The compile itself, once `probe` has found NVRTC working; it checks what would make cudarc panic.
+fn compile_uncached(kernel: &str, source: &str, options: &CompileOptions) -> CudaResult<Ptx> {
     check_identifier("kernel", kernel)?;
     if !crate::ffi::nvrtc_lib_present() {
         return Err(CudaError::NvrtcUnavailable { reason: "libnvrtc cannot be loaded".to_owned() });

@@ -152,8 +152,10 @@ fn probe_nvrtc() -> CudaResult<NvrtcInfo> {
     // A library that loads can still lack its builtins companion (libnvrtc-builtins), which only shows when
     // compiling: prove it once with the smallest kernel.
     let src = "extern \"C\" __global__ void cuplan_probe(float* x) { x[threadIdx.x] += 1.0f; }";
-    crate::nvrtc::compile_uncached("cuplan_probe", src, &crate::nvrtc::CompileOptions::default())
-        .map_err(|e| unavailable(format!("NVRTC {}.{} loads but cannot compile: {e}", version.0, version.1)))?;
+    // Compiled through cudarc directly, not through `nvrtc` (which asks this probe first): no import circle.
+    guard("NVRTC", || cudarc::nvrtc::compile_ptx(src))
+        .map_err(unavailable)?
+        .map_err(|e| unavailable(format!("NVRTC {}.{} loads but cannot compile: {e:?}", version.0, version.1)))?;
     Ok(NvrtcInfo { version })
 }
 

@@ -26,7 +26,7 @@ fn golden(name: &str, sources: &[KernelSource]) {
         text.push_str(&s.source);
     }
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.cu"));
-    if std::env::var_os("CUPLAN_BLESS").is_some() {
+    if std::env::var("CUPLAN_BLESS").is_ok_and(|v| v == "1") {
         std::fs::write(&path, &text).unwrap();
         return;
     }

@@ -66,15 +66,14 @@ fn symbolic_batch() -> Vec<u8> {
     common::encode(17, vec![NodeProto::new("Relu", "relu", &["x"], &["y"])], vec![x], vec![y], vec![])
 }
 
-/// Checks a fixture against the encoder's output; `GRAPH_ONNX_BLESS=1` rewrites it.
+/// Checks a fixture against the encoder's output; `CUPLAN_BLESS=1` rewrites it.
 fn fixture(name: &str, bytes: &[u8]) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
-    if std::env::var_os("GRAPH_ONNX_BLESS").is_some() {
+    if std::env::var("CUPLAN_BLESS").is_ok_and(|v| v == "1") {
         std::fs::write(&path, bytes).unwrap();
     }
-    let stored =
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with GRAPH_ONNX_BLESS=1)", path.display()));
-    assert_eq!(stored, bytes, "{name} differs from the encoder's output (run with GRAPH_ONNX_BLESS=1)");
+    let stored = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run with CUPLAN_BLESS=1)", path.display()));
+    assert_eq!(stored, bytes, "{name} differs from the encoder's output (run with CUPLAN_BLESS=1)");
     path
 }
 

@@ -20,9 +20,10 @@ impl Interval {
         Interval { start, end }
     }
 
-    /// True when the two intervals share a step. `[0, 3)` and `[3, 5)` do not.
+    /// True when the two intervals share a step. `[0, 3)` and `[3, 5)` do not; an empty interval shares
+    /// no step with anything.
     pub fn overlaps(&self, other: &Interval) -> bool {
-        self.start < other.end && other.start < self.end
+        self.start < other.end && other.start < self.end && !self.is_empty() && !other.is_empty()
     }
 
     /// The smallest interval covering both.

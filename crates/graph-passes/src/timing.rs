@@ -447,6 +447,9 @@ pub fn simulate_makespan(tasks: &[Task], overhead_us: f64) -> Result<f64, Timing
     simulate_with(tasks, overhead_us, false).map(|t| t.makespan_us)
 }
 
+/// The event-driven simulation itself (processor sharing by occupancy), optionally with the bound. One piece on
+/// purpose: the event loop's state (running set, ready queues, stream heads, rates) changes at every event and
+/// each update reads all of it.
 fn simulate_with(tasks: &[Task], overhead_us: f64, with_bound: bool) -> Result<Timeline, TimingError> {
     validate(tasks, overhead_us)?;
     let n = tasks.len();

@@ -279,7 +279,8 @@ fn pool(k: &[usize], s: &[usize], p: &[usize], d: &[usize], ceil: bool, incl: bo
     }
 }
 
-/// Every case of the suite.
+/// Every case of the suite. One long function on purpose: it is a table, one case per entry, and reading the
+/// suite top to bottom is the point.
 pub fn cases() -> GraphResult<Vec<ConformanceCase>> {
     let mut v = Vec::new();
     let x4 = || f(&[4], &[-2.0, -0.5, 0.0, 1.5]);

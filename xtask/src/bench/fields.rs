@@ -53,7 +53,12 @@ pub const STAT_FIELDS: [StatField; 13] = [
     StatField { name: "waits", header: "waits", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "chains", header: "chains", unit: Unit::Count, added_by: "the streams issue" },
     StatField { name: "critical_path_us", header: "critical path us", unit: Unit::Us, added_by: "the streams issue" },
-    StatField { name: "simple_bound_us", header: "DESIGN bound us", unit: Unit::Us, added_by: "the streams issue" },
+    StatField {
+        name: "energetic_bound_us",
+        header: "energetic bound us",
+        unit: Unit::Us,
+        added_by: "the refactor issue",
+    },
     StatField { name: "one_stream_us", header: "1-stream us", unit: Unit::Us, added_by: "the streams issue" },
     StatField { name: "data_bound_us", header: "data-only bound us", unit: Unit::Us, added_by: "the memory issue" },
     StatField {

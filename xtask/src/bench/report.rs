@@ -504,10 +504,10 @@ pub fn markdown(r: &Report) -> String {
         s,
         "Each cell: modelled makespan (makespan / bound; events). {}\n",
         if dag {
-            "Bound: `PlanStats::makespan_bound_us`, max(energetic path of the group DAG, area), the same for \
-             every stream assignment: DESIGN.md section 5's max(critical path, area), lengthened where launches \
-             that must run between two ordered launches need more device time than the path between them \
-             (`graph_passes::timing`; DESIGN's own figure is `simple_bound_us` in `report.json`)."
+            "Bound: `PlanStats::makespan_bound_us`, DESIGN.md section 5's max(critical path, area) over the \
+             group DAG, the same for every stream assignment. The tighter `energetic_bound_us` (lengthened where \
+             launches that must run between two ordered launches need more device time than the path between \
+             them, `graph_passes::timing`) is in `report.json`."
         } else {
             "**Bound n/a:** this build's `PlanStats` has no `makespan_bound_us` (the assignment-independent \
              bound of DESIGN.md section 5, added by the streams issue); compare makespans across stream counts \

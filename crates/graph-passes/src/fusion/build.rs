@@ -474,7 +474,8 @@ fn view_readers<'a>(d: &'a Dense<'_>, order: &'a TopoOrder, ts: &[u32]) -> impl 
 }
 
 /// Order the groups topologically (ties: the group's first node position) and compute their external inputs and
-/// outputs. `gof[i]` is the group of node `i` (`NONE` for views outside groups).
+/// outputs. `gof[i]` is the group of node `i` (`NONE` for views outside groups). One piece on purpose: the
+/// renumbering and the input/output lists are computed in the same walk over the nodes.
 fn assemble(
     d: &Dense<'_>,
     order: &TopoOrder,

@@ -284,26 +284,7 @@ pub fn analyse(
     let unit_bufs = pack_input(&units.live);
 
     // 4. Offsets.
-    let (mut unit_off, pool_optimal) = if opts.reuse {
-        let popts = pack::PackOptions {
-            alignment: a,
-            budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
-            seed: opts.seed,
-        };
-        let p = pack::pack(&unit_bufs, &popts).map_err(|e| match e {
-            // A graph whose tensors are too large for 64-bit offsets: the user's limit, not a bug.
-            pack::PackError::Overflow { size, .. } => PlanError::Graph(graph_ir::GraphError::LimitExceeded {
-                what: format!("activation pool of graph '{}' (bytes; offsets overflow 64 bits)", graph.name()),
-                value: size,
-                limit: u64::MAX,
-            }),
-            pack::PackError::Internal(v) => bug(format!("the packer's layout is invalid: {v}")),
-            e => bug(format!("the packer rejected the pool's units: {e}")),
-        })?;
-        (p.offsets, p.optimal)
-    } else {
-        (bump_offsets(&unit_bufs, a), false)
-    };
+    let (mut unit_off, pool_optimal) = unit_offsets(graph, &unit_bufs, opts, a)?;
     let pool_bytes =
         unit_bufs.iter().zip(&unit_off).map(|(b, &o)| o.saturating_add(align_up(b.size, a))).max().unwrap_or(0);
 
@@ -382,6 +363,35 @@ pub fn analyse(
         in_place,
         pool_optimal,
     })
+}
+
+/// Offsets for the units: the packer with reuse (its failures mapped to user limits or planner bugs), one
+/// after the other without.
+fn unit_offsets(
+    graph: &ComputeGraph,
+    unit_bufs: &[pack::Buffer],
+    opts: &MemoryOptions,
+    a: u64,
+) -> Result<(Vec<u64>, bool), PlanError> {
+    if !opts.reuse {
+        return Ok((bump_offsets(unit_bufs, a), false));
+    }
+    let popts = pack::PackOptions {
+        alignment: a,
+        budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
+        seed: opts.seed,
+    };
+    let p = pack::pack(unit_bufs, &popts).map_err(|e| match e {
+        // A graph whose tensors are too large for 64-bit offsets: the user's limit, not a bug.
+        pack::PackError::Overflow { size, .. } => PlanError::Graph(graph_ir::GraphError::LimitExceeded {
+            what: format!("activation pool of graph '{}' (bytes; offsets overflow 64 bits)", graph.name()),
+            value: size,
+            limit: u64::MAX,
+        }),
+        pack::PackError::Internal(v) => bug(format!("the packer's layout is invalid: {v}")),
+        e => bug(format!("the packer rejected the pool's units: {e}")),
+    })?;
+    Ok((p.offsets, p.optimal))
 }
 
 /// Offsets without reuse: every unit after the one before.

@@ -50,6 +50,9 @@ impl Clocks {
     }
 }
 
+/// Replay the steps in submission order with vector clocks and report every ordering violation. One piece on
+/// purpose: the replay state (clocks, pending records, the last writer and readers of each range) is updated
+/// step by step and every check reads it at that point; split up, each part would need all of it.
 pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let plan = ix.plan;
     let w = ix.num_streams;

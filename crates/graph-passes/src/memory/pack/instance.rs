@@ -55,7 +55,8 @@ pub(crate) struct Instance {
 }
 
 impl Instance {
-    /// Validates and prepares `buffers`. O(n log n).
+    /// Validates and prepares `buffers`. O(n log n). One piece on purpose: validation, the sweep bound and the
+    /// components come out of one sweep over the sorted endpoints.
     pub fn new(buffers: &[Buffer], alignment: u64) -> Result<Self, PackError> {
         if alignment == 0 {
             return Err(PackError::ZeroAlignment);

@@ -348,6 +348,9 @@ impl<'p> Decide<'p> {
         self.dfs(&part, 0, 0)
     }
 
+    /// The branch-and-bound step: place the next buffer of `part` at each candidate offset, recurse, undo. One
+    /// piece on purpose: the skyline, the budget and the undo log are shared by every branch of one frame, and
+    /// the pruning tests must see them together.
     fn dfs(&mut self, part: &Part, floor: u64, min_rank: u32) -> Status {
         let p = self.p;
         self.nodes += 1;
