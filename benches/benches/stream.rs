@@ -54,13 +54,9 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// The shared ONNX models, when present beside the workspace (`../shared/models` or `/work/shared/models`).
+/// The repository's ONNX models (`models/`).
 fn models() -> Vec<(String, ComputeGraph)> {
-    let Some(dir) = ["../shared/models", "/work/shared/models"].into_iter().find(|d| std::path::Path::new(d).is_dir())
-    else {
-        eprintln!("no shared models directory: skipping the ONNX models");
-        return Vec::new();
-    };
+    let dir = cuplan_benches::models_dir().display().to_string();
     let mut v = Vec::new();
     for m in ["googlenet", "resnet50", "mobilenet_v2", "bert_base"] {
         let path = format!("{dir}/{m}.onnx");

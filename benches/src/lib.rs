@@ -92,8 +92,8 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-/// The shared data directory: `$CUPLAN_SHARED_DIR`, else the first `shared/` beside the workspace root or one
-/// of its ancestors that holds `models/` or `bench/` (`../shared` for the main checkout, `../../shared` for a
+/// The shared data directory (the MiniMalloc instances): `$CUPLAN_SHARED_DIR`, else the first `shared/` beside
+/// the workspace root or one of its ancestors that holds `models/` or `bench/` (`../shared` for the main checkout, `../../shared` for a
 /// worktree under `wt/`).
 pub fn shared_dir() -> Option<PathBuf> {
     if let Some(d) = std::env::var_os("CUPLAN_SHARED_DIR") {
@@ -103,9 +103,14 @@ pub fn shared_dir() -> Option<PathBuf> {
     root.ancestors().skip(1).map(|a| a.join("shared")).find(|s| s.join("models").is_dir() || s.join("bench").is_dir())
 }
 
-/// Path of shared model `name` (`resnet50`, ...), if the file exists.
+/// The repository's ONNX models: `$CUPLAN_MODELS_DIR`, else `models/` at the workspace root.
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("CUPLAN_MODELS_DIR").map_or_else(|| workspace_root().join("models"), PathBuf::from)
+}
+
+/// Path of model `name` (`resnet50`, ...) in [`models_dir`], if the file exists.
 pub fn model_path(name: &str) -> Option<PathBuf> {
-    let p = shared_dir()?.join("models").join(format!("{name}.onnx"));
+    let p = models_dir().join(format!("{name}.onnx"));
     p.is_file().then_some(p)
 }
 

@@ -111,8 +111,8 @@ pub fn run(args: &[String]) -> Result<()> {
         if seeds.is_dir() {
             c.arg(&seeds);
         }
-        // The shared ONNX models beside the workspace are good seeds when they are there.
-        let models = workspace().join("../shared/models");
+        // The repository's ONNX models are good seeds.
+        let models = workspace().join("models");
         if *name == "onnx_import" && models.is_dir() {
             c.arg(&models);
         }

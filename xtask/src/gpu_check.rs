@@ -195,16 +195,14 @@ fn cuda_cases() -> Result<Vec<ConformanceCase>> {
     Ok(out)
 }
 
-/// Where the shared models are: `--models`, `$CUPLAN_MODELS_DIR`, the bundle, then `shared/models` beside the
-/// workspace or beside its parent (a worktree).
+/// Where the models are: `--models`, `$CUPLAN_MODELS_DIR`, the bundle, then the repository's `models/`.
 fn models_dir(args: &Args) -> Option<PathBuf> {
     let root = workspace_root();
     let candidates = [
         args.models.clone(),
         std::env::var_os("CUPLAN_MODELS_DIR").map(PathBuf::from),
         Some(args.bundle.join("models")),
-        Some(root.join("../shared/models")),
-        Some(root.join("../../shared/models")),
+        Some(root.join("models")),
     ];
     candidates.into_iter().flatten().find(|d| d.join(format!("{}.onnx", MODELS[0])).is_file())
 }

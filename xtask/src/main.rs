@@ -1,9 +1,11 @@
 //! cuplan's developer tasks, run as `cargo xtask <task>`: `bench` (the benchmark report), `gpu-check` (the
-//! prepared script for a machine with a GPU) and `fuzz` (the fuzz targets for a fixed time).
+//! prepared script for a machine with a GPU), `fuzz` (the fuzz targets for a fixed time) and `ort-check` (cuplan
+//! against onnxruntime on the repository's models, in a virtualenv of its own).
 
 mod bench;
 mod fuzz;
 mod gpu_check;
+mod ort_check;
 
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -21,7 +23,9 @@ fn usage() -> &'static str {
         "      without it: run that bundle's checks on this machine's GPU\n",
         "  fuzz [--seconds N] [--target NAME]... [--proptest] [--big]\n",
         "      every cargo-fuzz target for N seconds (default 60), or their proptest equivalents, or the\n",
-        "      million-node pipeline tests in release (--big); `cargo xtask fuzz --help` for details",
+        "      million-node pipeline tests in release (--big); `cargo xtask fuzz --help` for details\n",
+        "  ort-check [MODEL.onnx...] [--seed N] [--rtol R] [--dim NAME=VALUE] [--extra ARGS]\n",
+        "      cuplan run against onnxruntime (default: the four models in models/), in target/ort-venv",
     )
 }
 
@@ -35,6 +39,7 @@ fn main() -> Result<()> {
         Some("bench") => bench_task(&args[1..]),
         Some("gpu-check") => gpu_check::main(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
+        Some("ort-check") => ort_check::main(&args[1..], &bench_root()),
         Some(other) => bail!("unknown task {other:?}\n{}", usage()),
     }
 }

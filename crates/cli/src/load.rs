@@ -61,11 +61,11 @@ pub fn load_graph(args: &GraphArgs) -> Result<ComputeGraph> {
 /// Load the graph named by `args` with the weights its file carries.
 pub fn load(args: &GraphArgs) -> Result<Loaded> {
     let dims = parse_dims(&args.dims)?;
-    let plain = |graph| Loaded { graph, weights: TensorMap::new(), origin: None };
     if args.graph == "-" {
         let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
         let text = String::from_utf8(bytes).context("standard input is not UTF-8")?;
-        return Ok(plain(graph_ir::json::from_json(&text).context("standard input")?));
+        let graph = graph_ir::json::from_json(&text).context("standard input")?;
+        return Ok(Loaded { graph, weights: TensorMap::new(), origin: None });
     }
     let path = Path::new(&args.graph);
     let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
@@ -77,9 +77,43 @@ pub fn load(args: &GraphArgs) -> Result<Loaded> {
     }
     let bytes = read_limited(file, &format!("'{}'", path.display()))?;
     let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
-    if is_onnx {
-        let opts = graph_onnx::ImportOptions::with_dims(dims);
-        let model = graph_onnx::import(&bytes, &opts).with_context(|| format!("'{}'", path.display()))?;
+    let what = format!("'{}'", path.display());
+    from_bytes(bytes, if is_onnx { Format::Onnx } else { Format::Json }, dims, &what, path.parent())
+}
+
+/// What a graph's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// An ONNX `ModelProto`.
+    Onnx,
+    /// cuplan's JSON format.
+    Json,
+}
+
+impl Format {
+    /// The format of bytes whose source has no name: JSON when the first non-blank byte opens an object, else
+    /// ONNX (a protobuf message never starts with `{`: that byte is field 15, wire type 3, which ONNX lacks).
+    pub fn sniff(bytes: &[u8]) -> Format {
+        match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => Format::Json,
+            _ => Format::Onnx,
+        }
+    }
+}
+
+/// Load a graph from its bytes; `what` names the source in errors (`'model.onnx'`), `dir` is the folder ONNX
+/// external data is read from (`None`: the model must carry all its data inline).
+pub fn from_bytes(
+    bytes: Vec<u8>,
+    format: Format,
+    dims: Vec<(String, usize)>,
+    what: &str,
+    dir: Option<&Path>,
+) -> Result<Loaded> {
+    if format == Format::Onnx {
+        let mut opts = graph_onnx::ImportOptions::with_dims(dims);
+        opts.external_data_dir = dir.map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }.to_path_buf());
+        let model = graph_onnx::import(&bytes, &opts).with_context(|| what.to_string())?;
         drop(bytes);
         let mut weights = TensorMap::new();
         for w in &model.weights {
@@ -101,6 +135,7 @@ pub fn load(args: &GraphArgs) -> Result<Loaded> {
     if !dims.is_empty() {
         bail!("--dim applies to ONNX models only");
     }
-    let text = String::from_utf8(bytes).with_context(|| format!("'{}' is not UTF-8 text", path.display()))?;
-    Ok(plain(graph_ir::json::from_json(&text).with_context(|| format!("'{}'", path.display()))?))
+    let text = String::from_utf8(bytes).with_context(|| format!("{what} is not UTF-8 text"))?;
+    let graph = graph_ir::json::from_json(&text).with_context(|| what.to_string())?;
+    Ok(Loaded { graph, weights: TensorMap::new(), origin: None })
 }

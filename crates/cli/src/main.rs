@@ -9,10 +9,10 @@ mod cmd_plan;
 mod cmd_run;
 mod cmd_synth;
 mod cmd_validate;
-mod load;
 mod tensors_io;
-#[allow(dead_code)] // parts of the progress API are used by `run` only in some builds
-mod viz;
+
+// The library half of the package (`src/lib.rs`), under the names the subcommands use (`crate::viz`, ...).
+use cuplan::{load, viz};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

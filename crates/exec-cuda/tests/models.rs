@@ -1,4 +1,4 @@
-//! The four shared ONNX models (`../shared/models` beside the workspace, or `$CUPLAN_MODELS_DIR`): every kernel of
+//! The four ONNX models of the repository (`models/`, or `$CUPLAN_MODELS_DIR`): every kernel of
 //! their plans under this backend's fusion caps generates, with cuBLAS anchors and with generated products, and
 //! compiles with NVRTC. Prints why and passes when the models or NVRTC are absent. Running the models on a GPU is
 //! `cargo xtask gpu-check`'s job.
@@ -16,11 +16,11 @@ const MODELS: [&str; 4] = ["resnet50", "mobilenet_v2", "googlenet", "bert_base"]
 
 fn models_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("CUPLAN_MODELS_DIR")
-        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models")), PathBuf::from);
+        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")), PathBuf::from);
     if dir.join("resnet50.onnx").is_file() {
         Some(dir)
     } else {
-        eprintln!("SKIP: shared ONNX models not found in {} (set CUPLAN_MODELS_DIR)", dir.display());
+        eprintln!("SKIP: ONNX models not found in {} (set CUPLAN_MODELS_DIR)", dir.display());
         None
     }
 }

@@ -1,5 +1,5 @@
 //! Release measurement on the shared ONNX models: `cargo run --release -p exec-sim --example models -- [MODEL.onnx...]`
-//! (default: every model in ../shared/models or /work/shared/models). For each: import, `check` (reference plan
+//! (default: every model in the repository's models/). For each: import, `check` (reference plan
 //! vs an optimised 4-stream plan under a random schedule, seeded weights), wall time, and the timing model.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,10 +10,7 @@ use std::time::Instant;
 fn main() {
     let mut paths: Vec<String> = std::env::args().skip(1).collect();
     if paths.is_empty() {
-        let dir = ["../shared/models", "/work/shared/models"]
-            .into_iter()
-            .find(|d| std::path::Path::new(d).is_dir())
-            .expect("no models dir");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models");
         for m in ["resnet50", "mobilenet_v2", "googlenet", "bert_base"] {
             paths.push(format!("{dir}/{m}.onnx"));
         }

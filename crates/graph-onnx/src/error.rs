@@ -76,13 +76,17 @@ pub enum OnnxError {
         /// The ONNX data type code.
         code: i32,
     },
-    /// A tensor's data lives in an external file, which the importer does not read.
-    #[error("tensor '{tensor}': external data ('{location}') is not supported; embed the weights in the model")]
+    /// A tensor's data lives in an external file that cannot be read: no model folder to read it from (the
+    /// model came as bytes), no `location`, a path leaving the model's folder, a missing file, a malformed
+    /// `offset`/`length`, or a range past the end of the file.
+    #[error("tensor '{tensor}': external data '{location}': {problem}")]
     ExternalData {
         /// The tensor.
         tensor: String,
-        /// The external file named by the tensor.
+        /// The external file named by the tensor (`location`), as written in the model.
         location: String,
+        /// What is wrong.
+        problem: String,
     },
     /// A tensor's payload is malformed.
     #[error("tensor '{tensor}': {problem}")]

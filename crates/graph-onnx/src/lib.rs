@@ -10,7 +10,10 @@
 //! Weights: an initializer with data becomes a graph-ir constant when it is small
 //! ([`ImportOptions::inline_constant_bytes`]), otherwise a weight whose bytes are returned in
 //! [`OnnxModel::weights`]; an initializer with dims but no data (the shared test models strip their large
-//! weights) becomes a weight whose values the runner supplies. Initializers read only as op attributes
+//! weights) becomes a weight whose values the runner supplies. Initializers whose data lives in files beside the
+//! model (ONNX external data: `location`, `offset`, `length`) are read from [`ImportOptions::external_data_dir`]
+//! (the model's folder for [`import_file`]); a missing file, a range past its end or a path leaving the folder
+//! is an [`OnnxError::ExternalData`] naming the tensor. Initializers read only as op attributes
 //! (Reshape targets, axes, pads) never become tensors.
 //!
 //! Every failure is an [`OnnxError`] naming the node, op type, tensor or attribute; hostile files (truncated,
@@ -22,7 +25,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use graph_ir::{ComputeGraph, DType, Shape, TensorId};
@@ -56,6 +59,10 @@ pub struct ImportOptions {
     pub inline_constant_bytes: usize,
     /// Largest result constant folding may produce, in bytes (default 16 MiB).
     pub max_fold_bytes: usize,
+    /// The folder that ONNX external data (`data_location = EXTERNAL`, a `location` relative to the model) is
+    /// read from. [`import_file`] sets it to the model's folder when it is `None`; with `None`, [`import`]
+    /// rejects external data with an error naming the tensor.
+    pub external_data_dir: Option<PathBuf>,
 }
 
 impl Default for ImportOptions {
@@ -66,6 +73,7 @@ impl Default for ImportOptions {
             max_tensor_bytes: 16 << 30,
             inline_constant_bytes: 64 << 10,
             max_fold_bytes: 16 << 20,
+            external_data_dir: None,
         }
     }
 }
@@ -134,7 +142,8 @@ pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<OnnxModel, OnnxError
     import::build(parsed, opts)
 }
 
-/// Imports an ONNX model from a file, checking its size before reading it.
+/// Imports an ONNX model from a file, checking its size before reading it; external data is read from the
+/// model's folder unless [`ImportOptions::external_data_dir`] names another.
 pub fn import_file(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxModel, OnnxError> {
     let path = path.as_ref();
     let io = |source| OnnxError::Io { path: path.to_path_buf(), source };
@@ -143,5 +152,12 @@ pub fn import_file(path: impl AsRef<Path>, opts: &ImportOptions) -> Result<OnnxM
         return Err(OnnxError::FileTooLarge { bytes: len, limit: opts.max_file_bytes });
     }
     let bytes = std::fs::read(path).map_err(io)?;
-    import(&bytes, opts)
+    if opts.external_data_dir.is_some() {
+        return import(&bytes, opts);
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    import(&bytes, &ImportOptions { external_data_dir: Some(dir), ..opts.clone() })
 }

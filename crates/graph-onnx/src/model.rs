@@ -140,7 +140,7 @@ pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxEr
     let mut initializers = Vec::with_capacity(graph.initializer.len());
     for t in std::mem::take(&mut graph.initializer) {
         let name = t.name.clone();
-        let (h, data) = tensor::decode(&name, t, opts.max_tensor_bytes)?;
+        let (h, data) = tensor::decode_in(&name, t, opts.max_tensor_bytes, opts.external_data_dir.as_deref())?;
         let value = data.map(|d| TensorValue::new(h.dtype, h.dims.clone(), d));
         initializers.push((name, Initializer { dtype: h.dtype, dims: h.dims, value }));
     }

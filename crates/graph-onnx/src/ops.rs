@@ -85,7 +85,8 @@ impl Importer<'_> {
 
     fn tensor_attr(&self, c: &Ctx, attr: &str, t: &crate::proto::TensorProto) -> Result<TensorValue, OnnxError> {
         let name = format!("{}.{attr}", c.label);
-        let (h, data) = tensor::decode(&name, t.clone(), self.opts.max_tensor_bytes)?;
+        let (h, data) =
+            tensor::decode_in(&name, t.clone(), self.opts.max_tensor_bytes, self.opts.external_data_dir.as_deref())?;
         let bytes = data.ok_or_else(|| c.attrs.err(attr, "tensor has dims but no data"))?;
         Ok(TensorValue::new(h.dtype, h.dims, bytes))
     }

@@ -6,6 +6,8 @@
 //! cuplan uses. Every size is computed with checked arithmetic and compared with the bytes actually present
 //! before anything is allocated, so a hostile `dims` field can only produce an error.
 
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path};
 use std::sync::Arc;
 
 use crate::error::OnnxError;
@@ -56,12 +58,7 @@ pub(crate) struct TensorHeader {
 
 /// Validates a tensor's type, dims, size limit and storage; does not look at the data yet.
 pub(crate) fn header(name: &str, t: &TensorProto, max_tensor_bytes: u64) -> Result<TensorHeader, OnnxError> {
-    if t.data_location == data_location::EXTERNAL || !t.external_data.is_empty() {
-        let location =
-            t.external_data.iter().find(|e| e.key == "location").map(|e| e.value.clone()).unwrap_or_default();
-        return Err(OnnxError::ExternalData { tensor: name.to_string(), location });
-    }
-    if t.data_location != data_location::DEFAULT {
+    if t.data_location != data_location::DEFAULT && t.data_location != data_location::EXTERNAL {
         return Err(OnnxError::MalformedTensor {
             tensor: name.to_string(),
             problem: format!("unknown data_location {}", t.data_location),
@@ -124,14 +121,35 @@ fn present_data(t: &TensorProto) -> Vec<(&'static str, usize)> {
 
 /// Decodes a tensor's data, moving `raw_data` out rather than copying it. `Ok(None)` when the tensor has no
 /// data at all (a stripped weight); an error when the data is in the wrong field or its length disagrees
-/// with the dims.
+/// with the dims. External data is an error here (no folder to read it from): see [`decode_in`].
+#[cfg(test)]
 pub(crate) fn decode(
+    name: &str,
+    t: TensorProto,
+    max_tensor_bytes: u64,
+) -> Result<(TensorHeader, Option<Vec<u8>>), OnnxError> {
+    decode_in(name, t, max_tensor_bytes, None)
+}
+
+/// [`decode`], reading external data (`data_location = EXTERNAL`) from files in `dir`, the model's folder.
+pub(crate) fn decode_in(
     name: &str,
     mut t: TensorProto,
     max_tensor_bytes: u64,
+    dir: Option<&Path>,
 ) -> Result<(TensorHeader, Option<Vec<u8>>), OnnxError> {
     let t = &mut t;
     let h = header(name, t, max_tensor_bytes)?;
+    if t.data_location == data_location::EXTERNAL || !t.external_data.is_empty() {
+        if !present_data(t).is_empty() {
+            return Err(OnnxError::MalformedTensor {
+                tensor: name.to_string(),
+                problem: "data both inline and external".to_string(),
+            });
+        }
+        let data = read_external(name, t, &h, dir)?;
+        return Ok((h, Some(data)));
+    }
     let present = present_data(t);
     let Some(&(field, len)) = present.first() else {
         // An empty tensor's data is trivially present.
@@ -192,6 +210,66 @@ pub(crate) fn decode(
         _ => t.int32_data.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes()[..size])),
     }
     Ok((h, Some(out)))
+}
+
+/// Reads an external tensor's bytes: `location` (a relative path inside `dir`, the model's folder),
+/// `offset` (default 0) and `length` (default: what the dims need) from its `external_data` entries. The
+/// range is checked against the file's size before anything is allocated, and exactly `length` bytes are
+/// read (positioned reads rather than a memory map: the bytes end in an owned buffer either way, and a map
+/// would need `unsafe`, which the workspace denies). Every problem is an [`OnnxError::ExternalData`] naming
+/// the tensor.
+fn read_external(name: &str, t: &TensorProto, h: &TensorHeader, dir: Option<&Path>) -> Result<Vec<u8>, OnnxError> {
+    let entry = |key: &str| t.external_data.iter().find(|e| e.key == key).map(|e| e.value.as_str());
+    let location = entry("location").unwrap_or("").to_string();
+    let fail =
+        |problem: String| OnnxError::ExternalData { tensor: name.to_string(), location: location.clone(), problem };
+    if location.is_empty() {
+        return Err(fail("the tensor has no 'location' entry".to_string()));
+    }
+    let Some(dir) = dir else {
+        return Err(fail("the model was not loaded from a file, so there is no folder to read it from".to_string()));
+    };
+    // Only plain relative paths below the model's folder: no root, no prefix, no `..`.
+    let rel = Path::new(&location);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(fail("the path leaves the model's folder".to_string()));
+    }
+    let path = dir.join(rel);
+    // A symbolic link inside the folder may still point outside it.
+    let (Ok(real_dir), Ok(real)) = (dir.canonicalize(), path.canonicalize()) else {
+        return Err(fail(format!("cannot open '{}': no such file", path.display())));
+    };
+    if !real.starts_with(&real_dir) {
+        return Err(fail("the path leaves the model's folder".to_string()));
+    }
+    let number = |key: &str| -> Result<Option<u64>, OnnxError> {
+        entry(key)
+            .map(|v| v.trim().parse::<u64>().map_err(|_| fail(format!("'{key}' {v:?} is not a non-negative integer"))))
+            .transpose()
+    };
+    let offset = number("offset")?.unwrap_or(0);
+    let size = elem_size(h.dtype).unwrap_or(1) as u64;
+    let expected = h.numel as u64 * size;
+    let length = number("length")?.unwrap_or(expected);
+    if length != expected {
+        return Err(OnnxError::DataLength {
+            tensor: name.to_string(),
+            field: "external data",
+            expected,
+            actual: length,
+        });
+    }
+    let mut file = std::fs::File::open(&real).map_err(|e| fail(format!("cannot open '{}': {e}", path.display())))?;
+    let file_len = file.metadata().map_err(|e| fail(format!("cannot read '{}': {e}", path.display())))?.len();
+    let end = offset.checked_add(length).ok_or_else(|| fail(format!("offset {offset} + length {length} overflows")))?;
+    if end > file_len {
+        return Err(fail(format!("bytes {offset}..{end} lie past the end of '{}' ({file_len} bytes)", path.display())));
+    }
+    let mut out = vec![0u8; usize::try_from(length).map_err(|_| fail(format!("length {length} does not fit memory")))?];
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_exact(&mut out))
+        .map_err(|e| fail(format!("cannot read '{}': {e}", path.display())))?;
+    Ok(out)
 }
 
 /// Converts an IEEE half-precision bit pattern to f32.
@@ -373,7 +451,7 @@ mod tests {
         t.data_location = data_location::EXTERNAL;
         t.external_data.push(StringStringEntryProto { key: "location".into(), value: "weights.bin".into() });
         match decode("w", t.clone(), BIG) {
-            Err(OnnxError::ExternalData { tensor, location }) => {
+            Err(OnnxError::ExternalData { tensor, location, .. }) => {
                 assert_eq!((tensor.as_str(), location.as_str()), ("w", "weights.bin"))
             }
             other => panic!("{other:?}"),

@@ -1,8 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The four shared real models (`../shared/models` beside the workspace, or `$CUPLAN_MODELS_DIR`) import and validate, with the
+//! The four real models of the repository (`models/`, or `$CUPLAN_MODELS_DIR`) import and validate, with the
 //! node and tensor counts of their README and the attributes of representative nodes.
-//!
-//! When the directory is absent the tests print why and pass: the models are not part of the repository.
 
 use std::path::PathBuf;
 
@@ -12,13 +10,10 @@ use graph_onnx::{import_file, ImportOptions, OnnxModel};
 
 fn models_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("CUPLAN_MODELS_DIR")
-        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models")), PathBuf::from);
-    if dir.join("resnet50.onnx").is_file() {
-        Some(dir)
-    } else {
-        eprintln!("skipping: shared ONNX models not found in {} (set CUPLAN_MODELS_DIR)", dir.display());
-        None
-    }
+        .map_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")), PathBuf::from);
+    // The models are part of the repository: a missing one is a failure, not a skip.
+    assert!(dir.join("resnet50.onnx").is_file(), "ONNX models not found in {}", dir.display());
+    Some(dir)
 }
 
 fn load(name: &str) -> Option<OnnxModel> {

@@ -170,25 +170,22 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         row.import_ms = Some(measure::medians(&itimes).0);
         r.models.push(row);
     }
-    if let Some(dir) = &shared {
-        match std::fs::read_to_string(dir.join("models").join("README.md")) {
-            Ok(text) => match ort::parse_readme(&text) {
-                Ok(rows) => r.readme = rows,
-                Err(e) => r.notes.push(format!("shared/models/README.md: {e:#}")),
-            },
-            Err(e) => r.notes.push(format!("shared/models/README.md not read: {e}")),
-        }
+    match std::fs::read_to_string(cuplan_benches::models_dir().join("README.md")) {
+        Ok(text) => match ort::parse_readme(&text) {
+            Ok(rows) => r.readme = rows,
+            Err(e) => r.notes.push(format!("models/README.md: {e:#}")),
+        },
+        Err(e) => r.notes.push(format!("models/README.md not read: {e}")),
     }
 
     // onnxruntime in the same run.
     if opts.ort && !r.models.is_empty() {
-        match (ort::unavailable(), &shared) {
-            (Some(why), _) => r.ort_note = Some(why),
-            (None, None) => r.ort_note = Some("no shared directory".into()),
-            (None, Some(dir)) => {
+        match ort::unavailable() {
+            Some(why) => r.ort_note = Some(why),
+            None => {
                 p.say("onnxruntime session creation");
                 let names: Vec<&str> = r.models.iter().map(|m| m.name.as_str()).collect();
-                match ort::measure(dir, &names, sizes.ort_reps, &opts.out) {
+                match ort::measure(&cuplan_benches::models_dir(), &names, sizes.ort_reps, &opts.out) {
                     Ok(run) => r.ort = Some(run),
                     Err(e) => r.ort_note = Some(format!("{e:#}")),
                 }

@@ -1,4 +1,4 @@
-//! onnxruntime beside cuplan: the node counts the shared models' README records, and, where the Python
+//! onnxruntime beside cuplan: the node counts models/README.md records, and, where the Python
 //! package is installed, onnxruntime's session-creation time (ORT_ENABLE_ALL, CPU) measured in the same run
 //! as cuplan's compile time.
 
@@ -27,7 +27,7 @@ fn cells(line: &str) -> Option<Vec<String>> {
     Some(inner.split('|').map(|c| c.trim().to_string()).collect())
 }
 
-/// Parse the model table of `shared/models/README.md`: the first Markdown table whose header has a `model`
+/// Parse the model table of `models/README.md`: the first Markdown table whose header has a `model`
 /// column and a column naming onnxruntime. Other columns are found by header (`nodes`, `lower bound`), so
 /// reordering them does not break the report.
 pub fn parse_readme(text: &str) -> Result<Vec<ReadmeRow>> {
@@ -85,7 +85,7 @@ pub struct OrtRun {
     pub models: BTreeMap<String, OrtMeasured>,
 }
 
-/// The Python side. Stripped weights are filled as `ort_check.py` fills them (onnxruntime will not create a
+/// The Python side. Stripped weights are filled as `xtask/python/ort_check.py` fills them (onnxruntime will not create a
 /// session over initializers without data); the filled model is serialised once, and only
 /// `InferenceSession(bytes)` is timed. One intra-op thread, as cuplan's compile uses one core.
 const ORT_SCRIPT: &str = r#"
@@ -136,21 +136,21 @@ pub fn unavailable() -> Option<String> {
     match Command::new("python3").args(["-c", "import onnxruntime, onnx, numpy"]).output() {
         Err(e) => Some(format!("python3 not runnable: {e}")),
         Ok(o) if !o.status.success() => Some(format!(
-            "python3 cannot import onnxruntime/onnx/numpy (install shared/tools/requirements.txt): {}",
+            "python3 cannot import onnxruntime/onnx/numpy (`cargo xtask ort-check` sets up target/ort-venv; run with its python3 first on PATH): {}",
             String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("").trim()
         )),
         Ok(_) => None,
     }
 }
 
-/// Time onnxruntime's session creation for `models` (those present in `shared/models`), `reps` times each.
-pub fn measure(shared: &Path, models: &[&str], reps: usize, scratch: &Path) -> Result<OrtRun> {
+/// Time onnxruntime's session creation for `models` (those present in `models_dir`), `reps` times each.
+pub fn measure(models_dir: &Path, models: &[&str], reps: usize, scratch: &Path) -> Result<OrtRun> {
     let script = scratch.join("ort_session.py");
     std::fs::write(&script, ORT_SCRIPT).with_context(|| format!("writing {}", script.display()))?;
     let out = Command::new("python3")
         .arg(&script)
-        .arg(shared.join("tools"))
-        .arg(shared.join("models"))
+        .arg(cuplan_benches::workspace_root().join("xtask").join("python"))
+        .arg(models_dir)
         .arg(reps.to_string())
         .args(models)
         .output()
@@ -233,9 +233,8 @@ Lower bound: ...
     }
 
     #[test]
-    fn the_real_readme_parses_when_present() {
-        let Some(dir) = cuplan_benches::shared_dir() else { return };
-        let Ok(text) = std::fs::read_to_string(dir.join("models/README.md")) else { return };
+    fn the_models_readme_parses() {
+        let text = std::fs::read_to_string(cuplan_benches::models_dir().join("README.md")).unwrap();
         let rows = parse_readme(&text).unwrap();
         let names: Vec<&str> = rows.iter().map(|r| r.model.as_str()).collect();
         assert_eq!(names, cuplan_benches::SHARED_MODELS);

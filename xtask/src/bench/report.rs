@@ -374,7 +374,7 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(
         s,
         "{} streams. Launches: non-view nodes -> launch steps. ORT nodes: onnxruntime's ENABLE_ALL graph as \
-         recorded in `shared/models/README.md`. Pool / bound / naive: activation pool, the fixed-order lower \
+         recorded in `models/README.md`. Pool / bound / naive: activation pool, the fixed-order lower \
          bound, and the pool without reuse (DESIGN.md section 5). Synthetic families at about {} nodes.\n",
         r.streams,
         r.synth.first().map_or("-".into(), |p| fmt::count(p.nodes as u64))

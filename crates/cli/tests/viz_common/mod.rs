@@ -35,9 +35,9 @@ pub fn scratch(name: &str) -> PathBuf {
     d
 }
 
-/// The shared ONNX models (`../shared/models` beside the workspace, or `$CUPLAN_MODELS_DIR`), if present.
+/// The repository's ONNX models (`models/`, or `$CUPLAN_MODELS_DIR`), if present.
 pub fn model(name: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("CUPLAN_MODELS_DIR").map_or_else(|| workspace().join("../shared/models"), PathBuf::from);
+    let dir = std::env::var_os("CUPLAN_MODELS_DIR").map_or_else(|| workspace().join("models"), PathBuf::from);
     let p = dir.join(format!("{name}.onnx"));
     if p.exists() {
         Some(p)
