@@ -2,7 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
-use graph_plan::{run_pipeline, verify, DeviceProfile, ExecutionPlan, OrderStrategy, Pass, PlanOptions};
+use graph_plan::{
+    run_pipeline, verify, DeviceProfile, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError, PlanOptions,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -94,6 +96,10 @@ pub struct PlanArgs {
     /// on standard error when standard output carries JSON).
     #[arg(long)]
     explain_fusion: bool,
+    /// Run the pipeline only up to PASS (topo, fusion, groups, memory or stream) and print what each pass made
+    /// as JSON, for inspecting or bisecting a plan.
+    #[arg(long, value_name = "PASS")]
+    stop_after: Option<String>,
 }
 
 /// Build a plan and verify it; returns it with the build time in milliseconds.
@@ -103,13 +109,41 @@ pub fn build_checked(g: &ComputeGraph, opts: &PlanOptions) -> Result<(ExecutionP
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Err(violations) = verify(&plan) {
         let first: Vec<String> = violations.iter().take(3).map(ToString::to_string).collect();
-        bail!(
-            "internal error: the plan fails verification ({} violations; first: {}) — this is a bug",
-            violations.len(),
-            first.join("; ")
-        );
+        let detail = format!("the plan fails verify ({} violations; first: {})", violations.len(), first.join("; "));
+        return Err(PlanError::from(InternalError::new("verify", detail)).into());
     }
     Ok((plan, compile_ms))
+}
+
+/// `--stop-after PASS`: the pipeline up to `name`, each pass's output as one JSON object.
+fn stopped_pipeline(g: &ComputeGraph, opts: &PlanOptions, name: &str) -> Result<String> {
+    let known = "topo, fusion, groups, memory, stream";
+    let pass = match Pass::by_name(name) {
+        Some(p @ (Pass::Topo | Pass::Fusion | Pass::Groups | Pass::Memory | Pass::Stream)) => p,
+        Some(_) => bail!("--stop-after {name:?}: the passes after stream make the plan itself; use --format json"),
+        None => bail!("--stop-after {name:?}: unknown pass (known: {known})"),
+    };
+    let r = run_pipeline(g, opts, Some(pass))?;
+    let pass_ms: serde_json::Map<String, serde_json::Value> =
+        r.pass_ms.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect();
+    let order = r.order.map(|o| {
+        serde_json::json!({
+            "chosen": o.chosen,
+            "given_lower_bound_bytes": o.given_lower_bound_bytes,
+            "chosen_lower_bound_bytes": o.chosen_lower_bound_bytes,
+            "optimal": o.optimal,
+        })
+    });
+    let out = serde_json::json!({
+        "stopped_after": pass.name(),
+        "pass_ms": pass_ms,
+        "order": order,
+        "topo": r.topo.order.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
+        "fusion": r.fusion,
+        "memory": r.memory,
+        "stream": r.stream,
+    });
+    Ok(serde_json::to_string_pretty(&out)?)
 }
 
 /// Run `plan`.
@@ -118,6 +152,12 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     let g = load_graph(&a.graph)?;
     let opts = a.flags.options()?;
     progress.set_message("planning");
+    if let Some(name) = &a.stop_after {
+        let text = stopped_pipeline(&g, &opts, name)?;
+        progress.finish();
+        println!("{text}");
+        return Ok(());
+    }
     let (plan, compile_ms) = build_checked(&g, &opts)?;
     progress.finish();
     if let Some(path) = &a.memory_svg {

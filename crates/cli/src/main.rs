@@ -1,7 +1,7 @@
 //! The `cuplan` command line: validate, plan, explain, run, pack and synthesise compute graphs.
 //!
 //! Exit codes (DESIGN.md section 7): 0 on success, 1 on a user error (one line naming what was wrong), 2 on a
-//! usage error (clap's own).
+//! usage error (clap's own), 3 on a planner bug (`graph_plan::InternalError`: the message names the pass).
 
 mod cmd_explain;
 mod cmd_pack;
@@ -93,7 +93,12 @@ fn main() -> ExitCode {
                 }
             }
             eprintln!("error: {}", msg.replace('\n', " "));
-            ExitCode::from(1)
+            let bug = e.chain().any(|c| {
+                c.downcast_ref::<graph_plan::PlanError>()
+                    .is_some_and(|p| matches!(p, graph_plan::PlanError::Internal(_)))
+                    || c.downcast_ref::<graph_plan::InternalError>().is_some()
+            });
+            ExitCode::from(if bug { 3 } else { 1 })
         }
     }
 }

@@ -178,3 +178,25 @@ fn run_checks_and_writes_outputs() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("'l0.residual2' is a graph output"), "{}", stderr(&o));
 }
+
+#[test]
+fn stop_after_prints_each_pass_up_to_the_named_one() {
+    let o = cuplan(&["plan", "examples/transformer_block.json", "--streams", "2", "--stop-after", "memory"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["stopped_after"], "memory");
+    assert!(v["topo"].as_array().is_some_and(|t| !t.is_empty()));
+    assert!(v["fusion"]["groups"].as_array().is_some_and(|g| !g.is_empty()));
+    assert!(v["memory"]["lower_bound_bytes"].as_u64().is_some_and(|b| b > 0));
+    assert!(v["stream"].is_null(), "the stream pass ran after memory");
+    let passes: Vec<&str> = v["pass_ms"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(passes.len(), 4, "{passes:?}");
+    for p in ["topo", "fusion", "groups", "memory"] {
+        assert!(passes.contains(&p), "{passes:?}");
+    }
+    let o = cuplan(&["plan", "examples/transformer_block.json", "--stop-after", "liveness"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("unknown pass") && stderr(&o).contains("liveness"), "{}", stderr(&o));
+    let o = cuplan(&["plan", "examples/transformer_block.json", "--stop-after", "emit"]);
+    assert_eq!(o.status.code(), Some(1));
+}

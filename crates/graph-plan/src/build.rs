@@ -346,6 +346,13 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         r.pass_ms = clock.ms;
         return Ok(r);
     }
+    if stop(Pass::Fusion) && opts.order == OrderStrategy::Given {
+        let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
+        crate::pass_checks::after_fusion(graph, &fusion)?;
+        r.fusion = Some(fusion);
+        r.pass_ms = clock.ms;
+        return Ok(r);
+    }
     let mut front = fuse(graph, r.topo.clone(), opts, &target, &mut clock)?;
     if opts.order == OrderStrategy::Memory {
         let (chosen, outcome) = memory_ordered(graph, opts, &target, front, &mut clock)?;
@@ -354,6 +361,7 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
     }
     let Front { topo, fusion, groups, memory } = front;
     r.topo = topo;
+    // (Memory-aware ordering needs the group graph, so with it a stop after fusion has one too.)
     if stop(Pass::Fusion) || stop(Pass::Groups) {
         r.fusion = Some(fusion);
         r.groups = Some(groups);

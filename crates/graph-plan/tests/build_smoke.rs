@@ -53,3 +53,42 @@ fn zero_streams_is_an_error() {
         Err(graph_plan::PlanError::Graph(graph_ir::GraphError::InvalidOption { option, .. })) if option == "max_streams"
     ));
 }
+
+#[test]
+fn the_pipeline_stops_after_each_named_pass() {
+    use graph_plan::{run_pipeline, Pass};
+    let g = synth::inception_like(2, 3).unwrap();
+    let opts = PlanOptions::with_streams(2);
+    for (pass, fusion, memory, stream) in [
+        (Pass::Topo, false, false, false),
+        (Pass::Fusion, true, false, false),
+        (Pass::Groups, true, false, false),
+        (Pass::Memory, true, true, false),
+        (Pass::Stream, true, true, true),
+    ] {
+        let r = run_pipeline(&g, &opts, Some(pass)).unwrap();
+        assert_eq!(r.fusion.is_some(), fusion, "{pass:?}");
+        assert_eq!(r.groups.is_some(), fusion && pass != Pass::Fusion, "{pass:?}");
+        assert_eq!(r.memory.is_some(), memory, "{pass:?}");
+        assert_eq!(r.stream.is_some(), stream, "{pass:?}");
+        assert_eq!(r.pass_ms.last().map(|(n, _)| n.as_str()), Some(pass.name()), "{pass:?}");
+        assert_eq!(Pass::by_name(pass.name()), Some(pass));
+    }
+    // The full build names every pass once, in pipeline order.
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
+    let names: Vec<&str> = p.stats().pass_ms.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, Pass::ALL.map(Pass::name).to_vec());
+    assert_eq!(p.device(), &opts.device, "the plan carries the device profile it was made for");
+}
+
+#[test]
+fn a_custom_device_profile_travels_in_the_plan() {
+    let g = synth::mlp(2, 64, 1).unwrap();
+    let mut opts = PlanOptions::with_streams(1);
+    opts.device =
+        graph_plan::DeviceProfile { name: "custom".into(), sm_count: 7, ..graph_plan::DeviceProfile::default() };
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
+    let back = ExecutionPlan::from_json(&p.to_json()).unwrap();
+    assert_eq!(back.device(), &opts.device);
+    assert_eq!(back.device().sm_count, 7);
+}

@@ -334,7 +334,7 @@ impl Plan {
         self.plan.total_steps()
     }
 
-    /// Steps that do work (`ExecutionPlan::compute_steps`).
+    /// Kernel-launch steps after fusion (`ExecutionPlan::compute_steps`, equal to `kernel_count_fused`).
     fn compute_steps(&self) -> usize {
         self.plan.compute_steps()
     }
