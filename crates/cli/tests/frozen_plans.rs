@@ -22,9 +22,9 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The real models: the repository's `models/` when present, else the workspace's shared folder.
+/// The real models: the repository's `models/`.
 fn model_dir() -> Option<PathBuf> {
-    [repo().join("models"), repo().join("../shared/models")].into_iter().find(|d| d.join("resnet50.onnx").is_file())
+    Some(repo().join("models")).filter(|d| d.join("resnet50.onnx").is_file())
 }
 
 fn graphs() -> Vec<(String, ComputeGraph)> {

@@ -2,8 +2,7 @@
 //! Launch counts on the shared ONNX models (against onnxruntime's optimised node counts) and on the synth
 //! families, bytes moved before and after fusion, and the pass's work on large transformer stacks.
 //!
-//! The shared models live beside the workspace (`../shared/models`, or `$CUPLAN_MODELS_DIR`); when absent the
-//! model test prints why and passes.
+//! The real models live in the repository's `models/` (or `$CUPLAN_MODELS_DIR`); the tests fail without them.
 
 mod fusion_util;
 
@@ -13,20 +12,15 @@ use graph_passes::fusion::{FusionCaps, FusionOptions, GroupKind};
 use graph_plan::{verify, ExecutionPlan, PlanOptions};
 use std::path::PathBuf;
 
-fn models_dir() -> Option<PathBuf> {
-    // Beside the workspace (a checkout in /work/main), or one level further up (a worktree in /work/wt/NAME).
+fn models_dir() -> PathBuf {
+    // The repository's own models/ (or $CUPLAN_MODELS_DIR).
     let here = env!("CARGO_MANIFEST_DIR");
     let candidates: Vec<PathBuf> = match std::env::var_os("CUPLAN_MODELS_DIR") {
         Some(d) => vec![PathBuf::from(d)],
-        None => {
-            vec![format!("{here}/../../../shared/models").into(), format!("{here}/../../../../shared/models").into()]
-        }
+        None => vec![format!("{here}/../../models").into()],
     };
     let found = candidates.iter().find(|d| d.join("resnet50.onnx").is_file()).cloned();
-    if found.is_none() {
-        eprintln!("skipping: shared ONNX models not found in {candidates:?} (set CUPLAN_MODELS_DIR)");
-    }
-    found
+    found.unwrap_or_else(|| panic!("the ONNX models are missing from {candidates:?} (set CUPLAN_MODELS_DIR)"))
 }
 
 /// Build the plan with fusion on and off; check it; return (launches fused, launches unfused, bytes fused,
@@ -42,7 +36,7 @@ fn measure(g: &ComputeGraph, streams: usize) -> (usize, usize, u64, u64) {
 
 #[test]
 fn shared_models_beat_onnxruntime_launch_counts() {
-    let Some(dir) = models_dir() else { return };
+    let dir = models_dir();
     // (model, launches we reach, onnxruntime ENABLE_ALL node count)
     let expect = [("resnet50", 56, 58), ("mobilenet_v2", 54, 56), ("googlenet", 81, 82), ("bert_base", 187, 449)];
     for (name, ours, ort) in expect {
@@ -64,7 +58,7 @@ fn shared_models_beat_onnxruntime_launch_counts() {
 
 #[test]
 fn resnet50_blocks_are_conv_plus_epilogue() {
-    let Some(dir) = models_dir() else { return };
+    let dir = models_dir();
     let m = graph_onnx::import_file(dir.join("resnet50.onnx"), &graph_onnx::ImportOptions::default()).unwrap();
     let g = &m.graph;
     let p = fuse(g, &FusionOptions::default());

@@ -51,10 +51,8 @@ def test_plan_figures_are_consistent():
     assert 1 <= p.num_streams <= 4
     launches = sum(1 for s in steps if "Launch" in s)
     assert launches == p.kernel_count_fused
-    copies = sum(1 for s in steps if "Copy" in s)
-    # compute_steps() is ExecutionPlan::compute_steps: launches and copies today; launches only once the plan
-    # refactor lands (then it equals kernel_count_fused). Both bound it.
-    assert launches <= p.compute_steps() <= launches + copies
+    # compute_steps() is the seed's contract: the kernel-launch steps after fusion (copies are not launches).
+    assert p.compute_steps() == launches == p.kernel_count_fused
     assert p.kernel_count_fused <= p.kernel_count_original
     records = {s["Record"]["event"] for s in steps if "Record" in s}
     assert len(records) == p.event_count
