@@ -248,6 +248,34 @@ pub(crate) fn slice(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue
     Ok(TensorValue::new(x.dtype, dims, out))
 }
 
+/// Transpose (graph-ir's default permutation reverses the axes).
+pub(crate) fn transpose(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    let Op::Transpose { perm } = op else {
+        return Err("not a Transpose".to_string());
+    };
+    let dims = infer_dims(op, &[x])?;
+    let n = check_size(&dims, x.dtype, max_bytes)?;
+    let r = dims.len();
+    let perm: Vec<usize> = perm.clone().unwrap_or_else(|| (0..r).rev().collect());
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let xs = strides(&x.dims);
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        // Output axis k reads input axis perm[k].
+        let f: usize = (0..r).map(|k| pos[k] * xs[perm[k]]).sum();
+        out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
 /// Expand (bidirectional broadcast) to `shape`.
 pub(crate) fn expand(shape: &[i64], x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
     let dims = infer_dims(&Op::Expand { shape: shape.to_vec() }, &[x])?;
@@ -279,8 +307,61 @@ pub(crate) fn where_(c: &TensorValue, x: &TensorValue, y: &TensorValue, max_byte
     Ok(TensorValue::new(x.dtype, dims, out))
 }
 
-/// An integer binary op (wrapping, division truncates toward zero) or a comparison (any numeric type,
-/// compared as f64 when either side is floating-point; bool result).
+/// The range of values an integer or bool element type holds, as i128 (u64 values above `i64::MAX` do not
+/// arise: [`TensorValue::to_i64s`] reads them as negative i64, which this range refuses).
+fn int_range(code: i32) -> (i128, i128) {
+    match code {
+        data_type::INT32 => (i32::MIN.into(), i32::MAX.into()),
+        data_type::UINT32 => (0, u32::MAX.into()),
+        data_type::INT16 => (i16::MIN.into(), i16::MAX.into()),
+        data_type::UINT16 => (0, u16::MAX.into()),
+        data_type::INT8 => (i8::MIN.into(), i8::MAX.into()),
+        data_type::UINT8 => (0, u8::MAX.into()),
+        data_type::BOOL => (0, 1),
+        data_type::UINT64 => (0, i64::MAX.into()),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    }
+}
+
+/// `v` when it fits `code`, an error naming the operation otherwise.
+fn fit(code: i32, v: Option<i128>, what: impl FnOnce() -> String) -> R<i64> {
+    let (lo, hi) = int_range(code);
+    match v {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x as i64),
+        _ => Err(format!("{} overflows {}", what(), data_type::name(code))),
+    }
+}
+
+/// One integer binary op on two values (checked: an overflow of the element type is an error).
+fn int_op(op: &str, code: i32, x: i64, y: i64) -> R<Option<i64>> {
+    let (a, b) = (i128::from(x), i128::from(y));
+    let arith = |v: Option<i128>, sym: &str| fit(code, v, || format!("{x} {sym} {y}")).map(Some);
+    match op {
+        "Add" => arith(a.checked_add(b), "+"),
+        "Sub" => arith(a.checked_sub(b), "-"),
+        "Mul" => arith(a.checked_mul(b), "*"),
+        // ONNX integer Div truncates toward zero; Mod (fmod=0) takes the divisor's sign, FMod the dividend's.
+        "Div" | "Mod" | "FMod" if y == 0 => Err(format!("integer division by zero ({x} {op} 0)")),
+        "Div" => arith(a.checked_div(b), "/"),
+        "FMod" => arith(a.checked_rem(b), "fmod"),
+        "Mod" => arith(a.checked_rem_euclid(b).map(|r| if r != 0 && b < 0 { r + b } else { r }), "mod"),
+        "Max" => Ok(Some(x.max(y))),
+        "Min" => Ok(Some(x.min(y))),
+        "Equal" => Ok(Some(i64::from(x == y))),
+        "Less" => Ok(Some(i64::from(x < y))),
+        "LessOrEqual" => Ok(Some(i64::from(x <= y))),
+        "Greater" => Ok(Some(i64::from(x > y))),
+        "GreaterOrEqual" => Ok(Some(i64::from(x >= y))),
+        "And" => Ok(Some(i64::from(x != 0 && y != 0))),
+        "Or" => Ok(Some(i64::from(x != 0 || y != 0))),
+        "Xor" => Ok(Some(i64::from((x != 0) != (y != 0)))),
+        _ => Ok(None),
+    }
+}
+
+/// An integer binary op (checked arithmetic; Div truncates toward zero; `Mod` is ONNX Mod with fmod=0,
+/// `FMod` with fmod=1) or a comparison (any numeric type, compared as f64 when either side is
+/// floating-point; bool result). `None` for floating-point arithmetic, which stays in the graph.
 pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usize) -> R<Option<TensorValue>> {
     let cmp = matches!(op, "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual");
     if a.dtype != b.dtype {
@@ -295,35 +376,17 @@ pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usiz
         return Ok(None); // floating-point maths stays in the graph
     }
     let dims = bcast_dims(&[&a.dims, &b.dims])?;
-    let out_code = if cmp { data_type::BOOL } else { a.dtype };
+    let out_code = if cmp || matches!(op, "And" | "Or" | "Xor") { data_type::BOOL } else { a.dtype };
     check_size(&dims, out_code, max_bytes)?;
     let (ma, mb) = (broadcast_map(&dims, &a.dims), broadcast_map(&dims, &b.dims));
     let vals: Vec<i64> = if ints {
         let (va, vb) = (a.to_i64s().unwrap_or_default(), b.to_i64s().unwrap_or_default());
         let mut v = Vec::with_capacity(ma.len());
         for k in 0..ma.len() {
-            let (x, y) = (va[ma[k]], vb[mb[k]]);
-            v.push(match op {
-                "Add" => x.wrapping_add(y),
-                "Sub" => x.wrapping_sub(y),
-                "Mul" => x.wrapping_mul(y),
-                "Div" => {
-                    if y == 0 {
-                        return Err("integer division by zero".to_string());
-                    }
-                    x.wrapping_div(y)
-                }
-                "Max" => x.max(y),
-                "Min" => x.min(y),
-                "Equal" => i64::from(x == y),
-                "Less" => i64::from(x < y),
-                "LessOrEqual" => i64::from(x <= y),
-                "Greater" => i64::from(x > y),
-                "GreaterOrEqual" => i64::from(x >= y),
-                "And" => i64::from(x != 0 && y != 0),
-                "Or" => i64::from(x != 0 || y != 0),
-                _ => return Ok(None),
-            });
+            match int_op(op, a.dtype, va[ma[k]], vb[mb[k]])? {
+                Some(x) => v.push(x),
+                None => return Ok(None),
+            }
         }
         v
     } else {
@@ -344,16 +407,86 @@ pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usiz
     Ok(Some(TensorValue::new(out_code, dims, pack_ints(out_code, &vals))))
 }
 
-/// An integer unary op (Neg, Abs, Not).
-pub(crate) fn unary(op: &str, x: &TensorValue) -> Option<TensorValue> {
-    let v = x.to_i64s()?;
-    let out: Vec<i64> = match op {
-        "Neg" => v.iter().map(|a| a.wrapping_neg()).collect(),
-        "Abs" => v.iter().map(|a| a.wrapping_abs()).collect(),
-        "Not" => v.iter().map(|&a| i64::from(a == 0)).collect(),
-        _ => return None,
-    };
-    Some(TensorValue::new(x.dtype, x.dims.clone(), pack_ints(x.dtype, &out)))
+/// An integer unary op (Neg, Abs, Not, Sign), checked: `-i64::MIN` is an error.
+pub(crate) fn unary(op: &str, x: &TensorValue) -> R<Option<TensorValue>> {
+    let Some(v) = x.to_i64s() else { return Ok(None) };
+    let code = if op == "Not" { data_type::BOOL } else { x.dtype };
+    let mut out = Vec::with_capacity(v.len());
+    for &a in &v {
+        out.push(match op {
+            "Neg" => fit(code, i128::from(a).checked_neg(), || format!("-({a})"))?,
+            "Abs" => fit(code, Some(i128::from(a).abs()), || format!("|{a}|"))?,
+            "Sign" => a.signum(),
+            "Not" => i64::from(a == 0),
+            _ => return Ok(None),
+        });
+    }
+    Ok(Some(TensorValue::new(code, x.dims.clone(), pack_ints(code, &out))))
+}
+
+/// CumSum of an integer tensor along `axis` (ONNX `exclusive` and `reverse` attributes), checked.
+/// `None` for floating-point data.
+pub(crate) fn cumsum(x: &TensorValue, axis: i64, exclusive: bool, reverse: bool) -> R<Option<TensorValue>> {
+    let Some(v) = x.to_i64s() else { return Ok(None) };
+    let r = x.dims.len();
+    let a = graph_ir::shape::normalize_axis(axis, r).ok_or_else(|| format!("axis {axis} out of range for rank {r}"))?;
+    let (extent, inner) = (x.dims[a], x.dims[a + 1..].iter().product::<usize>());
+    let outer: usize = x.dims[..a].iter().product();
+    let mut out = vec![0i64; v.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc: i64 = 0;
+            for step in 0..extent {
+                let k = if reverse { extent - 1 - step } else { step };
+                let flat = (o * extent + k) * inner + i;
+                let next = fit(x.dtype, i128::from(acc).checked_add(i128::from(v[flat])), || {
+                    format!("the running sum {acc} + {}", v[flat])
+                })?;
+                out[flat] = if exclusive { acc } else { next };
+                acc = next;
+            }
+        }
+    }
+    Ok(Some(TensorValue::new(x.dtype, x.dims.clone(), pack_ints(x.dtype, &out))))
+}
+
+/// Tile: `x` repeated `repeats[k]` times along each axis k (any element type).
+pub(crate) fn tile(x: &TensorValue, repeats: &[i64], max_bytes: usize) -> R<TensorValue> {
+    let dims = tile_dims(&x.dims, repeats)?;
+    let n = check_size(&dims, x.dtype, max_bytes)?;
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let xs = strides(&x.dims);
+    let r = dims.len();
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        let f: usize = (0..r).map(|k| (pos[k] % x.dims[k]) * xs[k]).sum();
+        out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// The output dims of Tile: one non-negative repeat per axis.
+pub(crate) fn tile_dims(dims: &[usize], repeats: &[i64]) -> R<Vec<usize>> {
+    if repeats.len() != dims.len() {
+        return Err(format!("repeats {repeats:?} has {} values for an input of rank {}", repeats.len(), dims.len()));
+    }
+    dims.iter()
+        .zip(repeats)
+        .map(|(&d, &k)| {
+            usize::try_from(k)
+                .ok()
+                .and_then(|k| d.checked_mul(k))
+                .ok_or_else(|| format!("repeat {k} of extent {d} is negative or overflows"))
+        })
+        .collect()
 }
 
 /// Cast to an integer or bool type (floats truncate toward zero, as ONNX Cast; NaN becomes 0).
@@ -401,6 +534,45 @@ pub(crate) fn range(
     check_size(&[count], code, max_bytes)?;
     let v: Vec<i64> = (0..count as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect();
     Ok(Some(TensorValue::new(code, vec![count], pack_ints(code, &v))))
+}
+
+/// Range(start, limit, delta) over FLOAT or DOUBLE scalars: `max(ceil((limit - start) / delta), 0)` values
+/// `start + i * delta`, computed in f64.
+pub(crate) fn range_float(
+    start: &TensorValue,
+    limit: &TensorValue,
+    delta: &TensorValue,
+    max_bytes: usize,
+) -> R<TensorValue> {
+    let code = start.dtype;
+    if !matches!(code, data_type::FLOAT | data_type::DOUBLE) || limit.dtype != code || delta.dtype != code {
+        return Err(format!(
+            "start, limit and delta must share an integer, FLOAT or DOUBLE type, got {}, {} and {}",
+            data_type::name(code),
+            data_type::name(limit.dtype),
+            data_type::name(delta.dtype)
+        ));
+    }
+    let (&[s], &[l], &[d]) = (start.to_f64s().as_slice(), limit.to_f64s().as_slice(), delta.to_f64s().as_slice())
+    else {
+        return Err("start, limit and delta must be scalars".to_string());
+    };
+    if d == 0.0 || !(s.is_finite() && l.is_finite() && d.is_finite()) {
+        return Err(format!("start {s}, limit {l} and delta {d} must be finite with delta non-zero"));
+    }
+    let count = ((l - s) / d).ceil().max(0.0);
+    if count >= max_bytes as f64 {
+        return Err(format!("Range({s}, {l}, {d}) exceeds the folding limit of {max_bytes} bytes"));
+    }
+    let count = count as usize;
+    check_size(&[count], code, max_bytes)?;
+    let vals = (0..count).map(|i| s + i as f64 * d);
+    let bytes: Vec<u8> = if code == data_type::FLOAT {
+        vals.flat_map(|v| (v as f32).to_le_bytes()).collect()
+    } else {
+        vals.flat_map(f64::to_le_bytes).collect()
+    };
+    Ok(TensorValue::new(code, vec![count], bytes))
 }
 
 /// ConstantOfShape: `value` (one element, default float 0) repeated over `dims`.
