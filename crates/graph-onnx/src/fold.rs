@@ -677,4 +677,177 @@ mod tests {
         let c = constant_of_shape(&[2, 2], Some(&iv(&[1], &[7])), MAX).unwrap();
         assert_eq!(c.to_i64s().unwrap(), vec![7; 4]);
     }
+
+    fn i32v(dims: &[usize], v: &[i64]) -> TensorValue {
+        TensorValue::new(data_type::INT32, dims.to_vec(), pack_ints(data_type::INT32, v))
+    }
+
+    fn f32v(dims: &[usize], v: &[f32]) -> TensorValue {
+        TensorValue::new(data_type::FLOAT, dims.to_vec(), v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    fn vals(t: &TensorValue) -> (Vec<usize>, Vec<i64>) {
+        (t.dims.clone(), t.to_i64s().unwrap())
+    }
+
+    #[test]
+    fn integer_arithmetic_is_checked_in_the_element_type() {
+        let bin = |op: &str, a: &TensorValue, b: &TensorValue| binary(op, a, b, MAX).map(|v| v.map(|t| vals(&t).1));
+        assert_eq!(bin("Add", &iv(&[2], &[8, -3]), &iv(&[], &[5])), Ok(Some(vec![13, 2])));
+        assert_eq!(bin("Sub", &iv(&[2], &[8, -3]), &iv(&[], &[5])), Ok(Some(vec![3, -8])));
+        assert_eq!(bin("Div", &iv(&[4], &[7, -7, 7, -7]), &iv(&[4], &[2, 2, -2, -2])), Ok(Some(vec![3, -3, -3, 3])));
+        // ONNX Mod with fmod=0 takes the divisor's sign (Python), with fmod=1 the dividend's (C).
+        let (x, y) = (iv(&[4], &[7, -7, 7, -7]), iv(&[4], &[3, 3, -3, -3]));
+        assert_eq!(bin("Mod", &x, &y), Ok(Some(vec![1, 2, -2, -1])));
+        assert_eq!(bin("FMod", &x, &y), Ok(Some(vec![1, -1, 1, -1])));
+        assert_eq!(bin("Max", &x, &y), Ok(Some(vec![7, 3, 7, -3])));
+        assert_eq!(bin("Min", &x, &y), Ok(Some(vec![3, -7, -3, -7])));
+        // Overflow of i64 and of a narrower type, division by zero, i64::MIN / -1: errors, never wraps.
+        assert!(bin("Add", &iv(&[], &[i64::MAX]), &iv(&[], &[1])).unwrap_err().contains("overflows INT64"));
+        assert!(bin("Mul", &iv(&[], &[i64::MIN]), &iv(&[], &[2])).is_err());
+        assert!(bin("Div", &iv(&[], &[i64::MIN]), &iv(&[], &[-1])).is_err());
+        assert!(bin("Mul", &i32v(&[], &[1 << 20]), &i32v(&[], &[1 << 12])).unwrap_err().contains("overflows INT32"));
+        assert_eq!(bin("Mul", &i32v(&[], &[1 << 20]), &i32v(&[], &[1 << 10])), Ok(Some(vec![1 << 30])));
+        for op in ["Div", "Mod", "FMod"] {
+            assert!(bin(op, &iv(&[], &[5]), &iv(&[], &[0])).unwrap_err().contains("division by zero"), "{op}");
+        }
+        // Mismatched ranks that do not broadcast and mismatched dtypes are errors; float maths is not folded.
+        assert!(bin("Add", &iv(&[2], &[1, 2]), &iv(&[3], &[1, 2, 3])).unwrap_err().contains("cannot broadcast"));
+        assert!(bin("Add", &iv(&[1], &[1]), &i32v(&[1], &[1])).unwrap_err().contains("share a dtype"));
+        assert_eq!(binary("Add", &f32v(&[1], &[1.0]), &f32v(&[1], &[2.0]), MAX), Ok(None));
+        // Comparisons give bool; Xor of bools.
+        let eq = binary("Equal", &iv(&[3], &[1, 2, 3]), &iv(&[1], &[2]), MAX).unwrap().unwrap();
+        assert_eq!((eq.dtype, vals(&eq)), (data_type::BOOL, (vec![3], vec![0, 1, 0])));
+        let t = TensorValue::new(data_type::BOOL, vec![2], vec![1, 0]);
+        let x = binary("Xor", &t, &TensorValue::new(data_type::BOOL, vec![2], vec![1, 1]), MAX).unwrap().unwrap();
+        assert_eq!(x.bytes.to_vec(), vec![0, 1]);
+    }
+
+    #[test]
+    fn unary_ops_are_checked() {
+        let neg = unary("Neg", &iv(&[3], &[1, -2, 0])).unwrap().unwrap();
+        assert_eq!(vals(&neg), (vec![3], vec![-1, 2, 0]));
+        assert!(unary("Neg", &iv(&[], &[i64::MIN])).unwrap_err().contains("overflows"));
+        assert!(unary("Abs", &i32v(&[], &[i32::MIN.into()])).is_err());
+        assert_eq!(vals(&unary("Sign", &iv(&[3], &[-5, 0, 9])).unwrap().unwrap()).1, vec![-1, 0, 1]);
+        let not = unary("Not", &TensorValue::new(data_type::BOOL, vec![2], vec![1, 0])).unwrap().unwrap();
+        assert_eq!((not.dtype, not.bytes.to_vec()), (data_type::BOOL, vec![0, 1]));
+        assert_eq!(unary("Neg", &f32v(&[1], &[1.0])), Ok(None));
+    }
+
+    #[test]
+    fn cumsum_position_ids() {
+        let x = iv(&[4], &[1, 2, 3, 4]);
+        let run = |excl, rev| vals(&cumsum(&x, 0, excl, rev).unwrap().unwrap()).1;
+        assert_eq!(run(false, false), vec![1, 3, 6, 10]);
+        assert_eq!(run(true, false), vec![0, 1, 3, 6]);
+        assert_eq!(run(false, true), vec![10, 9, 7, 4]);
+        assert_eq!(run(true, true), vec![9, 7, 4, 0]);
+        // Along the last axis of a [2, 3] mask: the position ids of HF exports.
+        let m = iv(&[2, 3], &[1, 1, 1, 0, 1, 1]);
+        assert_eq!(vals(&cumsum(&m, -1, false, false).unwrap().unwrap()), (vec![2, 3], vec![1, 2, 3, 0, 1, 2]));
+        assert_eq!(vals(&cumsum(&m, 0, false, false).unwrap().unwrap()).1, vec![1, 1, 1, 1, 2, 2]);
+        assert!(cumsum(&m, 2, false, false).unwrap_err().contains("out of range"));
+        assert!(cumsum(&iv(&[2], &[i64::MAX, 1]), 0, false, false).unwrap_err().contains("overflows"));
+        assert_eq!(cumsum(&f32v(&[1], &[1.0]), 0, false, false), Ok(None));
+    }
+
+    #[test]
+    fn tile_and_transpose() {
+        let x = iv(&[1, 2], &[1, 2]);
+        assert_eq!(vals(&tile(&x, &[2, 2], MAX).unwrap()), (vec![2, 4], vec![1, 2, 1, 2, 1, 2, 1, 2]));
+        let y = iv(&[2, 1], &[5, 6]);
+        assert_eq!(vals(&tile(&y, &[1, 3], MAX).unwrap()), (vec![2, 3], vec![5, 5, 5, 6, 6, 6]));
+        assert_eq!(tile(&x, &[0, 1], MAX).unwrap().dims, vec![0, 2]);
+        assert!(tile(&x, &[2], MAX).unwrap_err().contains("rank"));
+        assert!(tile(&x, &[1, -1], MAX).unwrap_err().contains("negative"));
+        assert!(tile(&x, &[1, i64::MAX], MAX).is_err());
+        assert!(tile(&x, &[1 << 20, 1 << 20], MAX).unwrap_err().contains("folding limit"));
+        let m = iv(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let t = transpose(&Op::Transpose { perm: None }, &m, MAX).unwrap();
+        assert_eq!(vals(&t), (vec![3, 2], vec![1, 4, 2, 5, 3, 6]));
+        let c = iv(&[2, 1, 2], &[1, 2, 3, 4]);
+        let t = transpose(&Op::Transpose { perm: Some(vec![1, 2, 0]) }, &c, MAX).unwrap();
+        assert_eq!(vals(&t), (vec![1, 2, 2], vec![1, 3, 2, 4]));
+        assert!(transpose(&Op::Transpose { perm: Some(vec![0, 0, 1]) }, &c, MAX).is_err());
+    }
+
+    #[test]
+    fn float_range_and_constant_of_shape() {
+        let r = range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1.0]), &f32v(&[], &[0.25]), MAX).unwrap();
+        assert_eq!((r.dims.clone(), r.to_f64s()), (vec![4], vec![0.0, 0.25, 0.5, 0.75]));
+        let r = range_float(&f32v(&[], &[3.0]), &f32v(&[], &[0.0]), &f32v(&[], &[-1.5]), MAX).unwrap();
+        assert_eq!(r.to_f64s(), vec![3.0, 1.5]);
+        let empty = range_float(&f32v(&[], &[1.0]), &f32v(&[], &[0.0]), &f32v(&[], &[1.0]), MAX).unwrap();
+        assert_eq!(empty.dims, vec![0]);
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1.0]), &f32v(&[], &[0.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[f32::NAN]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1e30]), &f32v(&[], &[1e-30]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[-3e38]), &f32v(&[], &[3e38]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &iv(&[], &[1]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[2], &[0.0, 1.0]), &f32v(&[], &[1.0]), &f32v(&[], &[1.0]), MAX).is_err());
+        // Integer Range: the position ids of a dynamic export, and its hostile forms.
+        let r = range(&iv(&[], &[0]), &iv(&[], &[128]), &iv(&[], &[1]), MAX).unwrap().unwrap();
+        assert_eq!((r.dims.clone(), r.to_i64s().unwrap()[127]), (vec![128], 127));
+        assert!(range(&iv(&[], &[0]), &iv(&[], &[5]), &iv(&[], &[0]), MAX).is_err());
+        assert!(range(&iv(&[1], &[0]), &iv(&[2], &[5, 6]), &iv(&[], &[1]), MAX).is_err());
+        assert!(range(&iv(&[], &[i64::MIN]), &iv(&[], &[i64::MAX]), &iv(&[], &[1]), MAX).is_err());
+        assert!(constant_of_shape(&[2, -1], None, MAX).unwrap_err().contains("negative"));
+        let z = constant_of_shape(&[2, 0], None, MAX).unwrap();
+        assert_eq!((z.dtype, z.dims.clone(), z.bytes.len()), (data_type::FLOAT, vec![2, 0], 0));
+        assert!(constant_of_shape(&[1], Some(&iv(&[2], &[1, 2])), MAX).is_err());
+    }
+
+    #[test]
+    fn shape_tensor_ops_and_their_hostile_forms() {
+        // A 4-way Concat of shape pieces (bert's expanded attention mask target).
+        let parts = [iv(&[1], &[8]), iv(&[1], &[1]), iv(&[1], &[128]), iv(&[1], &[128])];
+        let refs: Vec<&TensorValue> = parts.iter().collect();
+        assert_eq!(vals(&concat(0, &refs, MAX).unwrap()), (vec![4], vec![8, 1, 128, 128]));
+        assert!(concat(0, &[&iv(&[1], &[8]), &iv(&[1, 1], &[1])], MAX).is_err());
+        assert!(concat(3, &[&iv(&[1], &[8]), &iv(&[1], &[1])], MAX).is_err());
+        let shape = iv(&[4], &[8, 3, 224, 224]);
+        assert_eq!(vals(&gather(0, &shape, &iv(&[2], &[-1, 0]), MAX).unwrap()).1, vec![224, 8]);
+        assert!(gather(0, &shape, &iv(&[], &[4]), MAX).unwrap_err().contains("out of range"));
+        assert!(gather(0, &shape, &iv(&[], &[i64::MIN]), MAX).is_err());
+        assert!(gather(1, &shape, &iv(&[], &[0]), MAX).is_err());
+        // Slice to the end with the exporters' i64::MAX sentinel, and from the back.
+        let op = Op::Slice { starts: vec![1], ends: vec![i64::MAX], axes: None, steps: None };
+        assert_eq!(vals(&slice(&op, &shape, MAX).unwrap()).1, vec![3, 224, 224]);
+        let op = Op::Slice { starts: vec![-2], ends: vec![i64::MAX], axes: Some(vec![0]), steps: Some(vec![1]) };
+        assert_eq!(vals(&slice(&op, &shape, MAX).unwrap()).1, vec![224, 224]);
+        let op = Op::Slice { starts: vec![0], ends: vec![1], axes: Some(vec![1]), steps: None };
+        assert!(slice(&op, &shape, MAX).is_err());
+        let op = Op::Slice { starts: vec![0], ends: vec![1], axes: None, steps: Some(vec![0]) };
+        assert!(slice(&op, &shape, MAX).is_err());
+        // Unsqueeze/Squeeze views; a Reshape target whose product disagrees is an error.
+        let u = view(&Op::Unsqueeze { axes: vec![0, -1] }, &iv(&[], &[5])).unwrap();
+        assert_eq!(vals(&u), (vec![1, 1], vec![5]));
+        assert_eq!(view(&Op::Squeeze { axes: None }, &u).unwrap().dims, Vec::<usize>::new());
+        assert!(view(&Op::Squeeze { axes: Some(vec![0]) }, &iv(&[2], &[1, 2])).is_err());
+        assert!(view(&Op::Reshape { shape: vec![3], allowzero: false }, &iv(&[2], &[1, 2])).is_err());
+        // Expand to a negative or incompatible target.
+        assert!(expand(&[-2, 3], &iv(&[3], &[1, 2, 3]), MAX).is_err());
+        assert!(expand(&[2, 4], &iv(&[3], &[1, 2, 3]), MAX).is_err());
+        // Where over shape tensors (the -1 placeholders of a Reshape target), Cast between int widths.
+        let w = where_(
+            &TensorValue::new(data_type::BOOL, vec![3], vec![1, 0, 1]),
+            &iv(&[3], &[8, 12, 64]),
+            &iv(&[], &[-1]),
+            MAX,
+        )
+        .unwrap();
+        assert_eq!(vals(&w).1, vec![8, -1, 64]);
+        assert!(where_(
+            &TensorValue::new(data_type::BOOL, vec![2], vec![1, 0]),
+            &iv(&[3], &[1, 2, 3]),
+            &iv(&[], &[0]),
+            MAX
+        )
+        .is_err());
+        assert!(where_(&TensorValue::new(data_type::BOOL, vec![1], vec![1]), &iv(&[1], &[1]), &i32v(&[1], &[0]), MAX)
+            .is_err());
+        let c = cast_to_int(&iv(&[2], &[3, -1]), data_type::INT32).unwrap();
+        assert_eq!((c.dtype, vals(&c).1), (data_type::INT32, vec![3, -1]));
+    }
 }
