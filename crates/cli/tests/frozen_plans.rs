@@ -7,6 +7,8 @@
 //! On a mismatch the test writes every plan it built to `target/frozen-plans/` for a diff against the same
 //! folder made by the previous commit. Rerun with `CUPLAN_BLESS=1` to accept a change after reading that diff.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
 use graph_ir::{synth, ComputeGraph};
 use graph_plan::{ExecutionPlan, OrderStrategy, PlanOptions};
 use std::fmt::Write as _;
