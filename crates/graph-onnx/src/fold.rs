@@ -6,6 +6,11 @@
 //! a constant and either its result is integer or bool (shape arithmetic and index tables, never model
 //! maths) or graph-ir has no op for it; floating-point maths on constants stays in the graph.
 //!
+//! Dynamic exports (a symbolic batch or sequence length bound with `--dim`) compute much more this way: Reshape
+//! and Expand targets from `Shape`, position ids from `Range` or `ConstantOfShape` + `CumSum`, masks from
+//! `Equal`/`Where`/`Trilu`. Integer arithmetic is checked in the element type: an overflow is an error, never a
+//! wrapped extent.
+//!
 //! Every function computes its output's size first and refuses results above `max_bytes`, so a hostile
 //! `ConstantOfShape([10^9])` is an error, never an allocation. Errors are plain strings; the importer
 //! wraps them with the node's name.
@@ -473,6 +478,26 @@ pub(crate) fn tile(x: &TensorValue, repeats: &[i64], max_bytes: usize) -> R<Tens
     Ok(TensorValue::new(x.dtype, dims, out))
 }
 
+/// Trilu: the upper (`upper`) or lower triangle of the last two axes, relative to diagonal `k`; the rest is
+/// zero (any element type).
+pub(crate) fn trilu(x: &TensorValue, k: i64, upper: bool) -> R<TensorValue> {
+    let r = x.dims.len();
+    if r < 2 {
+        return Err(format!("input must have rank >= 2, has dims {:?}", x.dims));
+    }
+    let (n, m) = (x.dims[r - 2], x.dims[r - 1]);
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let mut out = vec![0u8; x.bytes.len()];
+    for (e, chunk) in x.bytes.chunks_exact(size).enumerate() {
+        let (i, j) = ((e / m.max(1)) % n.max(1), e % m.max(1));
+        let d = i128::try_from(j).unwrap_or(i128::MAX) - i128::try_from(i).unwrap_or(i128::MAX);
+        if (upper && d >= i128::from(k)) || (!upper && d <= i128::from(k)) {
+            out[e * size..(e + 1) * size].copy_from_slice(chunk);
+        }
+    }
+    Ok(TensorValue::new(x.dtype, x.dims.clone(), out))
+}
+
 /// The output dims of Tile: one non-negative repeat per axis.
 pub(crate) fn tile_dims(dims: &[usize], repeats: &[i64]) -> R<Vec<usize>> {
     if repeats.len() != dims.len() {
@@ -849,5 +874,22 @@ mod tests {
             .is_err());
         let c = cast_to_int(&iv(&[2], &[3, -1]), data_type::INT32).unwrap();
         assert_eq!((c.dtype, vals(&c).1), (data_type::INT32, vec![3, -1]));
+    }
+
+    #[test]
+    fn trilu_causal_masks() {
+        let ones = iv(&[3, 3], &[1; 9]);
+        assert_eq!(vals(&trilu(&ones, 0, false).unwrap()).1, vec![1, 0, 0, 1, 1, 0, 1, 1, 1]);
+        assert_eq!(vals(&trilu(&ones, 1, true).unwrap()).1, vec![0, 1, 1, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(vals(&trilu(&ones, -1, true).unwrap()).1, vec![1, 1, 1, 1, 1, 1, 0, 1, 1]);
+        assert_eq!(vals(&trilu(&ones, i64::MIN, false).unwrap()).1, vec![0; 9]);
+        assert_eq!(vals(&trilu(&ones, i64::MAX, false).unwrap()).1, vec![1; 9]);
+        // Batched [2, 1, 2] and a non-square [2, 3].
+        let b = iv(&[2, 1, 2], &[5, 6, 7, 8]);
+        assert_eq!(vals(&trilu(&b, 0, true).unwrap()).1, vec![5, 6, 7, 8]);
+        let w = f32v(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(trilu(&w, 0, true).unwrap().to_f64s(), vec![1.0, 2.0, 3.0, 0.0, 5.0, 6.0]);
+        assert!(trilu(&iv(&[3], &[1, 2, 3]), 0, true).unwrap_err().contains("rank"));
+        assert_eq!(trilu(&iv(&[0, 4], &[]), 0, true).unwrap().dims, vec![0, 4]);
     }
 }

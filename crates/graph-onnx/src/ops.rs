@@ -28,7 +28,9 @@ fn usizes(c: &Ctx, attr: &str, v: &[i64]) -> Result<Vec<usize>, OnnxError> {
 
 impl Importer<'_> {
     /// Evaluates the ops graph-ir has no equivalent for (Constant, Shape, Size, ConstantOfShape, Range,
-    /// GatherElements); `None` for every other op.
+    /// GatherElements, Mod, CumSum, Sign, Xor, Trilu, and Tile of a constant), which must have constant
+    /// inputs: the shape arithmetic, position ids and masks of dynamic exports once their symbols are bound.
+    /// `None` for every other op.
     pub(crate) fn fold_special(&self, c: &Ctx) -> Result<Option<Vec<TensorValue>>, OnnxError> {
         let max = self.opts.max_fold_bytes;
         let folded = |r: Result<TensorValue, String>| match r {
@@ -101,6 +103,16 @@ impl Importer<'_> {
                     Ok(None) => Err(c.unsupported(format!("floating-point {}", c.op_type()))),
                     Err(e) => Err(c.invalid(e)),
                 }
+            }
+            // Causal masks of dynamic exports: Trilu over a constant (ConstantOfShape of the bound sequence).
+            "Trilu" => {
+                let x = self.req_const(c, 0)?;
+                let k = match self.const_ints(c, 1)?.as_deref() {
+                    None => 0,
+                    Some(&[k]) => k,
+                    Some(other) => return Err(c.invalid(format!("k must hold one value, holds {other:?}"))),
+                };
+                folded(fold::trilu(&x, k, c.attrs.flag("upper", true)?))
             }
             // Tile of a constant folds; of run-time data it is planned as an Expand (see `plan`).
             "Tile" if c.input(0).is_some_and(|n| self.val(c, n).is_ok_and(|v| v.konst.is_some())) => {
