@@ -14,7 +14,7 @@ pub const MAX_FILE_BYTES: u64 = 2 << 30;
 pub struct GraphArgs {
     /// Graph file: `.json` (cuplan format), `.onnx`, or `-` for JSON on standard input.
     pub graph: String,
-    /// Bind a symbolic ONNX dimension: NAME=VALUE (repeatable).
+    /// Bind a symbolic dimension (an ONNX dim_param or a JSON named extent): NAME=VALUE (repeatable).
     #[arg(long = "dim", value_name = "NAME=VALUE")]
     pub dims: Vec<String>,
 }
@@ -64,7 +64,7 @@ pub fn load(args: &GraphArgs) -> Result<Loaded> {
     if args.graph == "-" {
         let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
         let text = String::from_utf8(bytes).context("standard input is not UTF-8")?;
-        let graph = graph_ir::json::from_json(&text).context("standard input")?;
+        let graph = json_graph(&text, &dims).context("standard input")?;
         return Ok(Loaded { graph, weights: TensorMap::new(), origin: None });
     }
     let path = Path::new(&args.graph);
@@ -132,10 +132,13 @@ pub fn from_bytes(
         );
         return Ok(Loaded { graph: model.graph, weights, origin: Some(origin) });
     }
-    if !dims.is_empty() {
-        bail!("--dim applies to ONNX models only");
-    }
     let text = String::from_utf8(bytes).with_context(|| format!("{what} is not UTF-8 text"))?;
-    let graph = graph_ir::json::from_json(&text).with_context(|| what.to_string())?;
+    let graph = json_graph(&text, &dims).with_context(|| what.to_string())?;
     Ok(Loaded { graph, weights: TensorMap::new(), origin: None })
+}
+
+/// A JSON graph with its symbolic extents bound by `--dim`.
+fn json_graph(text: &str, dims: &[(String, usize)]) -> graph_ir::GraphResult<ComputeGraph> {
+    let dims = dims.iter().cloned().collect();
+    graph_ir::json::from_json_with_dims(text, graph_ir::Limits::default(), &dims)
 }

@@ -234,6 +234,24 @@ pub enum GraphError {
         /// The supported version.
         supported: u64,
     },
+    /// A declaration uses a symbolic extent that no binding gives a value.
+    #[error("tensor '{tensor}': extent {axis} is the symbol '{symbol}', which has no value; bind it with --dim {symbol}=VALUE")]
+    UnboundSymbol {
+        /// The tensor.
+        tensor: String,
+        /// The axis.
+        axis: usize,
+        /// The symbol.
+        symbol: String,
+    },
+    /// A binding names no symbolic extent of the document.
+    #[error("--dim {symbol}: the graph declares no symbolic extent named '{symbol}' (it has: {known})")]
+    UnusedSymbolBinding {
+        /// The binding's name.
+        symbol: String,
+        /// The symbols the document uses, comma-separated, or "none".
+        known: String,
+    },
     /// A planning or run option is invalid.
     #[error("invalid option '{option}': {detail}")]
     InvalidOption {

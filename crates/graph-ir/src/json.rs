@@ -1,4 +1,8 @@
-//! The JSON graph format (`"format": "cuplan-graph", "version": 1`), documented in `docs/graph-format.md`.
+//! The JSON graph format (`"format": "cuplan-graph", "version": 1` or `2`), documented in `docs/graph-format.md`.
+//!
+//! Version 2 adds named symbolic extents to input and weight declarations (`"shape": ["batch", 128]`), bound
+//! to values at load ([`from_json_with_dims`]), as `--dim` binds an ONNX model's symbolic dims. Writing always
+//! produces version 1: a loaded graph has only concrete extents.
 //!
 //! Loading parses with serde (reporting the JSON path, line and column of a malformed value), then assembles the
 //! graph: nodes may appear in any order; they are added in a stable topological order (file order among ready
@@ -6,7 +10,7 @@
 //! tensors are reported by name.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::error::{GraphError, GraphResult};
 use crate::graph::{ComputeGraph, Limits, TensorRole};
@@ -15,8 +19,65 @@ use crate::{DType, Shape};
 
 /// The format name written in every document.
 pub const FORMAT: &str = "cuplan-graph";
-/// The format version this build reads and writes.
+/// The format version this build writes (a loaded graph's extents are all concrete), and the oldest it reads.
 pub const VERSION: u64 = 1;
+/// The newest format version this build reads: version 1 plus named symbolic extents in tensor declarations.
+pub const SYMBOLIC_VERSION: u64 = 2;
+
+/// One extent of a declared shape: a number, or (version 2) the name of a symbol bound when the file is loaded.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Extent {
+    /// A fixed extent (negative values are rejected at load with the tensor's name).
+    Fixed(i64),
+    /// A named symbolic extent (`"batch"`), bound by [`from_json_with_dims`].
+    Symbol(String),
+}
+
+impl From<i64> for Extent {
+    fn from(v: i64) -> Self {
+        Extent::Fixed(v)
+    }
+}
+
+impl From<&str> for Extent {
+    fn from(s: &str) -> Self {
+        Extent::Symbol(s.to_string())
+    }
+}
+
+impl Serialize for Extent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Extent::Fixed(v) => s.serialize_i64(*v),
+            Extent::Symbol(name) => s.serialize_str(name),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Extent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Extent;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an extent: an integer or the name of a symbol")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Extent, E> {
+                Ok(Extent::Fixed(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Extent, E> {
+                i64::try_from(v).map(Extent::Fixed).map_err(|_| E::custom(format!("extent {v} is too large")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Extent, E> {
+                if v.is_empty() {
+                    return Err(E::custom("a symbol name must be non-empty"));
+                }
+                Ok(Extent::Symbol(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
 
 /// A tensor declaration (inputs and weights).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -26,8 +87,9 @@ pub struct TensorDecl {
     pub name: String,
     /// Element type.
     pub dtype: DType,
-    /// Extents (negative values are rejected with the tensor's name).
-    pub shape: Vec<i64>,
+    /// Extents: integers (negative values are rejected with the tensor's name) or, from version 2, symbol
+    /// names bound at load.
+    pub shape: Vec<Extent>,
 }
 
 /// A constant with its values (numbers for numeric dtypes, booleans for bool).
@@ -65,7 +127,7 @@ pub struct NodeDecl {
 pub struct GraphDoc {
     /// Always `"cuplan-graph"`.
     pub format: String,
-    /// Format version (1).
+    /// Format version (1, or 2 when a declaration uses a symbolic extent).
     pub version: u64,
     /// Graph name.
     pub name: String,
@@ -106,8 +168,16 @@ pub fn from_json(text: &str) -> GraphResult<ComputeGraph> {
     from_json_with_limits(text, Limits::default())
 }
 
-/// Parse a graph from JSON text, enforcing `limits`.
+/// Parse a graph from JSON text, enforcing `limits`. A symbolic extent is an error naming it (see
+/// [`from_json_with_dims`]).
 pub fn from_json_with_limits(text: &str, limits: Limits) -> GraphResult<ComputeGraph> {
+    from_json_with_dims(text, limits, &HashMap::new())
+}
+
+/// Parse a graph from JSON text, enforcing `limits`, with the symbolic extents of version-2 declarations bound
+/// by `dims` (`--dim NAME=VALUE`). A symbol without a binding, and a binding that names no symbol of the file,
+/// are errors naming them.
+pub fn from_json_with_dims(text: &str, limits: Limits, dims: &HashMap<String, usize>) -> GraphResult<ComputeGraph> {
     // The header first, so that a file of another kind is named as such rather than by its first odd field.
     let header: Header = serde_json::from_str(text).map_err(|e| json_error(".".into(), &e))?;
     match &header.format {
@@ -116,8 +186,8 @@ pub fn from_json_with_limits(text: &str, limits: Limits) -> GraphResult<ComputeG
         None => return Err(GraphError::WrongFormat { found: "missing".into() }),
     }
     match header.version.as_ref().and_then(serde_json::Value::as_u64) {
-        Some(VERSION) => {}
-        Some(v) => return Err(GraphError::UnsupportedVersion { found: v, supported: VERSION }),
+        Some(VERSION..=SYMBOLIC_VERSION) => {}
+        Some(v) => return Err(GraphError::UnsupportedVersion { found: v, supported: SYMBOLIC_VERSION }),
         None => {
             return Err(GraphError::Json {
                 path: "version".into(),
@@ -135,7 +205,7 @@ pub fn from_json_with_limits(text: &str, limits: Limits) -> GraphResult<ComputeG
             return Err(json_error(path, e.inner()));
         }
     };
-    doc.into_graph(limits)
+    doc.into_graph_with_dims(limits, dims)
 }
 
 fn to_shape(name: &str, dims: &[i64]) -> GraphResult<Shape> {
@@ -152,9 +222,69 @@ fn to_shape(name: &str, dims: &[i64]) -> GraphResult<Shape> {
     Ok(Shape(out))
 }
 
+/// Resolves one declaration's extents: symbols through `dims`, refused in version-1 documents.
+fn bind(t: &TensorDecl, version: u64, dims: &HashMap<String, usize>) -> GraphResult<Vec<i64>> {
+    let mut out = Vec::with_capacity(t.shape.len());
+    for (axis, e) in t.shape.iter().enumerate() {
+        out.push(match e {
+            Extent::Fixed(v) => *v,
+            Extent::Symbol(s) if version < SYMBOLIC_VERSION => {
+                return Err(GraphError::Json {
+                    path: format!("shape of '{}', axis {axis}", t.name),
+                    line: 0,
+                    column: 0,
+                    message: format!(
+                        "the symbolic extent {s:?} needs \"version\": {SYMBOLIC_VERSION} (this document is version {version})"
+                    ),
+                })
+            }
+            Extent::Symbol(s) => {
+                let v = dims.get(s).ok_or_else(|| GraphError::UnboundSymbol {
+                    tensor: t.name.clone(),
+                    axis,
+                    symbol: s.clone(),
+                })?;
+                i64::try_from(*v).map_err(|_| GraphError::InvalidDim { tensor: t.name.clone(), axis, value: i64::MAX })?
+            }
+        });
+    }
+    Ok(out)
+}
+
 impl GraphDoc {
-    /// Assemble the graph: declare sources, order the nodes topologically, infer shapes, mark outputs.
+    /// The symbol names the declarations use, sorted.
+    pub fn symbols(&self) -> BTreeSet<&str> {
+        self.inputs
+            .iter()
+            .chain(&self.weights)
+            .flat_map(|t| &t.shape)
+            .filter_map(|e| match e {
+                Extent::Symbol(s) => Some(s.as_str()),
+                Extent::Fixed(_) => None,
+            })
+            .collect()
+    }
+
+    /// Assemble the graph: declare sources, order the nodes topologically, infer shapes, mark outputs. A
+    /// symbolic extent is an error naming it (see [`GraphDoc::into_graph_with_dims`]).
     pub fn into_graph(self, limits: Limits) -> GraphResult<ComputeGraph> {
+        self.into_graph_with_dims(limits, &HashMap::new())
+    }
+
+    /// [`GraphDoc::into_graph`] with the symbolic extents bound by `dims`; every binding must name a symbol
+    /// the declarations use.
+    pub fn into_graph_with_dims(self, limits: Limits, dims: &HashMap<String, usize>) -> GraphResult<ComputeGraph> {
+        let symbols = self.symbols();
+        let mut unused: Vec<&String> = dims.keys().filter(|k| !symbols.contains(k.as_str())).collect();
+        unused.sort();
+        if let Some(first) = unused.first() {
+            let known = if symbols.is_empty() {
+                "none".to_string()
+            } else {
+                symbols.iter().copied().collect::<Vec<_>>().join(", ")
+            };
+            return Err(GraphError::UnusedSymbolBinding { symbol: (*first).clone(), known });
+        }
         let mut g = ComputeGraph::with_limits(self.name.clone(), limits);
         if self.nodes.len() > limits.max_nodes {
             return Err(GraphError::LimitExceeded {
@@ -164,10 +294,10 @@ impl GraphDoc {
             });
         }
         for t in &self.inputs {
-            g.add_input(&t.name, t.dtype, to_shape(&t.name, &t.shape)?)?;
+            g.add_input(&t.name, t.dtype, to_shape(&t.name, &bind(t, self.version, dims)?)?)?;
         }
         for t in &self.weights {
-            g.add_weight(&t.name, t.dtype, to_shape(&t.name, &t.shape)?)?;
+            g.add_weight(&t.name, t.dtype, to_shape(&t.name, &bind(t, self.version, dims)?)?)?;
         }
         for c in &self.constants {
             let shape = to_shape(&c.name, &c.shape)?;
@@ -390,7 +520,11 @@ impl ComputeGraph {
     pub fn to_doc(&self) -> GraphDoc {
         let decl = |id| {
             let t = self.tensor(id);
-            TensorDecl { name: t.name.clone(), dtype: t.dtype, shape: dims(&t.shape) }
+            TensorDecl {
+                name: t.name.clone(),
+                dtype: t.dtype,
+                shape: dims(&t.shape).into_iter().map(Extent::Fixed).collect(),
+            }
         };
         let mut weights = Vec::new();
         let mut constants = Vec::new();

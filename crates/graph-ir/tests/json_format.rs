@@ -93,7 +93,7 @@ fn malformed_corpus_gives_specific_errors() {
     assert!(matches!(json_err(r#"{"format": "onnx"}"#), GraphError::WrongFormat { .. }));
     assert_eq!(
         json_err(r#"{"format": "cuplan-graph", "version": 7}"#),
-        GraphError::UnsupportedVersion { found: 7, supported: 1 }
+        GraphError::UnsupportedVersion { found: 7, supported: 2 }
     );
     // unknown field
     let extra = good.replacen("\"name\": \"mlp_1x4\"", "\"name\": \"mlp_1x4\", \"colour\": 3", 1);

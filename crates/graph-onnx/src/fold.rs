@@ -6,6 +6,11 @@
 //! a constant and either its result is integer or bool (shape arithmetic and index tables, never model
 //! maths) or graph-ir has no op for it; floating-point maths on constants stays in the graph.
 //!
+//! Dynamic exports (a symbolic batch or sequence length bound with `--dim`) compute much more this way: Reshape
+//! and Expand targets from `Shape`, position ids from `Range` or `ConstantOfShape` + `CumSum`, masks from
+//! `Equal`/`Where`/`Trilu`. Integer arithmetic is checked in the element type: an overflow is an error, never a
+//! wrapped extent.
+//!
 //! Every function computes its output's size first and refuses results above `max_bytes`, so a hostile
 //! `ConstantOfShape([10^9])` is an error, never an allocation. Errors are plain strings; the importer
 //! wraps them with the node's name.
@@ -248,6 +253,34 @@ pub(crate) fn slice(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue
     Ok(TensorValue::new(x.dtype, dims, out))
 }
 
+/// Transpose (graph-ir's default permutation reverses the axes).
+pub(crate) fn transpose(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
+    let Op::Transpose { perm } = op else {
+        return Err("not a Transpose".to_string());
+    };
+    let dims = infer_dims(op, &[x])?;
+    let n = check_size(&dims, x.dtype, max_bytes)?;
+    let r = dims.len();
+    let perm: Vec<usize> = perm.clone().unwrap_or_else(|| (0..r).rev().collect());
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let xs = strides(&x.dims);
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        // Output axis k reads input axis perm[k].
+        let f: usize = (0..r).map(|k| pos[k] * xs[perm[k]]).sum();
+        out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
 /// Expand (bidirectional broadcast) to `shape`.
 pub(crate) fn expand(shape: &[i64], x: &TensorValue, max_bytes: usize) -> R<TensorValue> {
     let dims = infer_dims(&Op::Expand { shape: shape.to_vec() }, &[x])?;
@@ -279,8 +312,61 @@ pub(crate) fn where_(c: &TensorValue, x: &TensorValue, y: &TensorValue, max_byte
     Ok(TensorValue::new(x.dtype, dims, out))
 }
 
-/// An integer binary op (wrapping, division truncates toward zero) or a comparison (any numeric type,
-/// compared as f64 when either side is floating-point; bool result).
+/// The range of values an integer or bool element type holds, as i128 (u64 values above `i64::MAX` do not
+/// arise: [`TensorValue::to_i64s`] reads them as negative i64, which this range refuses).
+fn int_range(code: i32) -> (i128, i128) {
+    match code {
+        data_type::INT32 => (i32::MIN.into(), i32::MAX.into()),
+        data_type::UINT32 => (0, u32::MAX.into()),
+        data_type::INT16 => (i16::MIN.into(), i16::MAX.into()),
+        data_type::UINT16 => (0, u16::MAX.into()),
+        data_type::INT8 => (i8::MIN.into(), i8::MAX.into()),
+        data_type::UINT8 => (0, u8::MAX.into()),
+        data_type::BOOL => (0, 1),
+        data_type::UINT64 => (0, i64::MAX.into()),
+        _ => (i64::MIN.into(), i64::MAX.into()),
+    }
+}
+
+/// `v` when it fits `code`, an error naming the operation otherwise.
+fn fit(code: i32, v: Option<i128>, what: impl FnOnce() -> String) -> R<i64> {
+    let (lo, hi) = int_range(code);
+    match v {
+        Some(x) if (lo..=hi).contains(&x) => Ok(x as i64),
+        _ => Err(format!("{} overflows {}", what(), data_type::name(code))),
+    }
+}
+
+/// One integer binary op on two values (checked: an overflow of the element type is an error).
+fn int_op(op: &str, code: i32, x: i64, y: i64) -> R<Option<i64>> {
+    let (a, b) = (i128::from(x), i128::from(y));
+    let arith = |v: Option<i128>, sym: &str| fit(code, v, || format!("{x} {sym} {y}")).map(Some);
+    match op {
+        "Add" => arith(a.checked_add(b), "+"),
+        "Sub" => arith(a.checked_sub(b), "-"),
+        "Mul" => arith(a.checked_mul(b), "*"),
+        // ONNX integer Div truncates toward zero; Mod (fmod=0) takes the divisor's sign, FMod the dividend's.
+        "Div" | "Mod" | "FMod" if y == 0 => Err(format!("integer division by zero ({x} {op} 0)")),
+        "Div" => arith(a.checked_div(b), "/"),
+        "FMod" => arith(a.checked_rem(b), "fmod"),
+        "Mod" => arith(a.checked_rem_euclid(b).map(|r| if r != 0 && b < 0 { r + b } else { r }), "mod"),
+        "Max" => Ok(Some(x.max(y))),
+        "Min" => Ok(Some(x.min(y))),
+        "Equal" => Ok(Some(i64::from(x == y))),
+        "Less" => Ok(Some(i64::from(x < y))),
+        "LessOrEqual" => Ok(Some(i64::from(x <= y))),
+        "Greater" => Ok(Some(i64::from(x > y))),
+        "GreaterOrEqual" => Ok(Some(i64::from(x >= y))),
+        "And" => Ok(Some(i64::from(x != 0 && y != 0))),
+        "Or" => Ok(Some(i64::from(x != 0 || y != 0))),
+        "Xor" => Ok(Some(i64::from((x != 0) != (y != 0)))),
+        _ => Ok(None),
+    }
+}
+
+/// An integer binary op (checked arithmetic; Div truncates toward zero; `Mod` is ONNX Mod with fmod=0,
+/// `FMod` with fmod=1) or a comparison (any numeric type, compared as f64 when either side is
+/// floating-point; bool result). `None` for floating-point arithmetic, which stays in the graph.
 pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usize) -> R<Option<TensorValue>> {
     let cmp = matches!(op, "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual");
     if a.dtype != b.dtype {
@@ -295,35 +381,17 @@ pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usiz
         return Ok(None); // floating-point maths stays in the graph
     }
     let dims = bcast_dims(&[&a.dims, &b.dims])?;
-    let out_code = if cmp { data_type::BOOL } else { a.dtype };
+    let out_code = if cmp || matches!(op, "And" | "Or" | "Xor") { data_type::BOOL } else { a.dtype };
     check_size(&dims, out_code, max_bytes)?;
     let (ma, mb) = (broadcast_map(&dims, &a.dims), broadcast_map(&dims, &b.dims));
     let vals: Vec<i64> = if ints {
         let (va, vb) = (a.to_i64s().unwrap_or_default(), b.to_i64s().unwrap_or_default());
         let mut v = Vec::with_capacity(ma.len());
         for k in 0..ma.len() {
-            let (x, y) = (va[ma[k]], vb[mb[k]]);
-            v.push(match op {
-                "Add" => x.wrapping_add(y),
-                "Sub" => x.wrapping_sub(y),
-                "Mul" => x.wrapping_mul(y),
-                "Div" => {
-                    if y == 0 {
-                        return Err("integer division by zero".to_string());
-                    }
-                    x.wrapping_div(y)
-                }
-                "Max" => x.max(y),
-                "Min" => x.min(y),
-                "Equal" => i64::from(x == y),
-                "Less" => i64::from(x < y),
-                "LessOrEqual" => i64::from(x <= y),
-                "Greater" => i64::from(x > y),
-                "GreaterOrEqual" => i64::from(x >= y),
-                "And" => i64::from(x != 0 && y != 0),
-                "Or" => i64::from(x != 0 || y != 0),
-                _ => return Ok(None),
-            });
+            match int_op(op, a.dtype, va[ma[k]], vb[mb[k]])? {
+                Some(x) => v.push(x),
+                None => return Ok(None),
+            }
         }
         v
     } else {
@@ -344,16 +412,106 @@ pub(crate) fn binary(op: &str, a: &TensorValue, b: &TensorValue, max_bytes: usiz
     Ok(Some(TensorValue::new(out_code, dims, pack_ints(out_code, &vals))))
 }
 
-/// An integer unary op (Neg, Abs, Not).
-pub(crate) fn unary(op: &str, x: &TensorValue) -> Option<TensorValue> {
-    let v = x.to_i64s()?;
-    let out: Vec<i64> = match op {
-        "Neg" => v.iter().map(|a| a.wrapping_neg()).collect(),
-        "Abs" => v.iter().map(|a| a.wrapping_abs()).collect(),
-        "Not" => v.iter().map(|&a| i64::from(a == 0)).collect(),
-        _ => return None,
-    };
-    Some(TensorValue::new(x.dtype, x.dims.clone(), pack_ints(x.dtype, &out)))
+/// An integer unary op (Neg, Abs, Not, Sign), checked: `-i64::MIN` is an error.
+pub(crate) fn unary(op: &str, x: &TensorValue) -> R<Option<TensorValue>> {
+    let Some(v) = x.to_i64s() else { return Ok(None) };
+    let code = if op == "Not" { data_type::BOOL } else { x.dtype };
+    let mut out = Vec::with_capacity(v.len());
+    for &a in &v {
+        out.push(match op {
+            "Neg" => fit(code, i128::from(a).checked_neg(), || format!("-({a})"))?,
+            "Abs" => fit(code, Some(i128::from(a).abs()), || format!("|{a}|"))?,
+            "Sign" => a.signum(),
+            "Not" => i64::from(a == 0),
+            _ => return Ok(None),
+        });
+    }
+    Ok(Some(TensorValue::new(code, x.dims.clone(), pack_ints(code, &out))))
+}
+
+/// CumSum of an integer tensor along `axis` (ONNX `exclusive` and `reverse` attributes), checked.
+/// `None` for floating-point data.
+pub(crate) fn cumsum(x: &TensorValue, axis: i64, exclusive: bool, reverse: bool) -> R<Option<TensorValue>> {
+    let Some(v) = x.to_i64s() else { return Ok(None) };
+    let r = x.dims.len();
+    let a = graph_ir::shape::normalize_axis(axis, r).ok_or_else(|| format!("axis {axis} out of range for rank {r}"))?;
+    let (extent, inner) = (x.dims[a], x.dims[a + 1..].iter().product::<usize>());
+    let outer: usize = x.dims[..a].iter().product();
+    let mut out = vec![0i64; v.len()];
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc: i64 = 0;
+            for step in 0..extent {
+                let k = if reverse { extent - 1 - step } else { step };
+                let flat = (o * extent + k) * inner + i;
+                let next = fit(x.dtype, i128::from(acc).checked_add(i128::from(v[flat])), || {
+                    format!("the running sum {acc} + {}", v[flat])
+                })?;
+                out[flat] = if exclusive { acc } else { next };
+                acc = next;
+            }
+        }
+    }
+    Ok(Some(TensorValue::new(x.dtype, x.dims.clone(), pack_ints(x.dtype, &out))))
+}
+
+/// Tile: `x` repeated `repeats[k]` times along each axis k (any element type).
+pub(crate) fn tile(x: &TensorValue, repeats: &[i64], max_bytes: usize) -> R<TensorValue> {
+    let dims = tile_dims(&x.dims, repeats)?;
+    let n = check_size(&dims, x.dtype, max_bytes)?;
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let xs = strides(&x.dims);
+    let r = dims.len();
+    let mut pos = vec![0usize; r];
+    let mut out = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        let f: usize = (0..r).map(|k| (pos[k] % x.dims[k]) * xs[k]).sum();
+        out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
+        for k in (0..r).rev() {
+            pos[k] += 1;
+            if pos[k] < dims[k] {
+                break;
+            }
+            pos[k] = 0;
+        }
+    }
+    Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// Trilu: the upper (`upper`) or lower triangle of the last two axes, relative to diagonal `k`; the rest is
+/// zero (any element type).
+pub(crate) fn trilu(x: &TensorValue, k: i64, upper: bool) -> R<TensorValue> {
+    let r = x.dims.len();
+    if r < 2 {
+        return Err(format!("input must have rank >= 2, has dims {:?}", x.dims));
+    }
+    let (n, m) = (x.dims[r - 2], x.dims[r - 1]);
+    let size = elem_size(x.dtype).unwrap_or(1);
+    let mut out = vec![0u8; x.bytes.len()];
+    for (e, chunk) in x.bytes.chunks_exact(size).enumerate() {
+        let (i, j) = ((e / m.max(1)) % n.max(1), e % m.max(1));
+        let d = i128::try_from(j).unwrap_or(i128::MAX) - i128::try_from(i).unwrap_or(i128::MAX);
+        if (upper && d >= i128::from(k)) || (!upper && d <= i128::from(k)) {
+            out[e * size..(e + 1) * size].copy_from_slice(chunk);
+        }
+    }
+    Ok(TensorValue::new(x.dtype, x.dims.clone(), out))
+}
+
+/// The output dims of Tile: one non-negative repeat per axis.
+pub(crate) fn tile_dims(dims: &[usize], repeats: &[i64]) -> R<Vec<usize>> {
+    if repeats.len() != dims.len() {
+        return Err(format!("repeats {repeats:?} has {} values for an input of rank {}", repeats.len(), dims.len()));
+    }
+    dims.iter()
+        .zip(repeats)
+        .map(|(&d, &k)| {
+            usize::try_from(k)
+                .ok()
+                .and_then(|k| d.checked_mul(k))
+                .ok_or_else(|| format!("repeat {k} of extent {d} is negative or overflows"))
+        })
+        .collect()
 }
 
 /// Cast to an integer or bool type (floats truncate toward zero, as ONNX Cast; NaN becomes 0).
@@ -401,6 +559,45 @@ pub(crate) fn range(
     check_size(&[count], code, max_bytes)?;
     let v: Vec<i64> = (0..count as i64).map(|i| s.wrapping_add(i.wrapping_mul(d))).collect();
     Ok(Some(TensorValue::new(code, vec![count], pack_ints(code, &v))))
+}
+
+/// Range(start, limit, delta) over FLOAT or DOUBLE scalars: `max(ceil((limit - start) / delta), 0)` values
+/// `start + i * delta`, computed in f64.
+pub(crate) fn range_float(
+    start: &TensorValue,
+    limit: &TensorValue,
+    delta: &TensorValue,
+    max_bytes: usize,
+) -> R<TensorValue> {
+    let code = start.dtype;
+    if !matches!(code, data_type::FLOAT | data_type::DOUBLE) || limit.dtype != code || delta.dtype != code {
+        return Err(format!(
+            "start, limit and delta must share an integer, FLOAT or DOUBLE type, got {}, {} and {}",
+            data_type::name(code),
+            data_type::name(limit.dtype),
+            data_type::name(delta.dtype)
+        ));
+    }
+    let (&[s], &[l], &[d]) = (start.to_f64s().as_slice(), limit.to_f64s().as_slice(), delta.to_f64s().as_slice())
+    else {
+        return Err("start, limit and delta must be scalars".to_string());
+    };
+    if d == 0.0 || !(s.is_finite() && l.is_finite() && d.is_finite()) {
+        return Err(format!("start {s}, limit {l} and delta {d} must be finite with delta non-zero"));
+    }
+    let count = ((l - s) / d).ceil().max(0.0);
+    if count >= max_bytes as f64 {
+        return Err(format!("Range({s}, {l}, {d}) exceeds the folding limit of {max_bytes} bytes"));
+    }
+    let count = count as usize;
+    check_size(&[count], code, max_bytes)?;
+    let vals = (0..count).map(|i| s + i as f64 * d);
+    let bytes: Vec<u8> = if code == data_type::FLOAT {
+        vals.flat_map(|v| (v as f32).to_le_bytes()).collect()
+    } else {
+        vals.flat_map(f64::to_le_bytes).collect()
+    };
+    Ok(TensorValue::new(code, vec![count], bytes))
 }
 
 /// ConstantOfShape: `value` (one element, default float 0) repeated over `dims`.
@@ -504,5 +701,195 @@ mod tests {
         assert!(expand(&[1_000_000, 1_000_000], &iv(&[1], &[1]), MAX).is_err());
         let c = constant_of_shape(&[2, 2], Some(&iv(&[1], &[7])), MAX).unwrap();
         assert_eq!(c.to_i64s().unwrap(), vec![7; 4]);
+    }
+
+    fn i32v(dims: &[usize], v: &[i64]) -> TensorValue {
+        TensorValue::new(data_type::INT32, dims.to_vec(), pack_ints(data_type::INT32, v))
+    }
+
+    fn f32v(dims: &[usize], v: &[f32]) -> TensorValue {
+        TensorValue::new(data_type::FLOAT, dims.to_vec(), v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+
+    fn vals(t: &TensorValue) -> (Vec<usize>, Vec<i64>) {
+        (t.dims.clone(), t.to_i64s().unwrap())
+    }
+
+    #[test]
+    fn integer_arithmetic_is_checked_in_the_element_type() {
+        let bin = |op: &str, a: &TensorValue, b: &TensorValue| binary(op, a, b, MAX).map(|v| v.map(|t| vals(&t).1));
+        assert_eq!(bin("Add", &iv(&[2], &[8, -3]), &iv(&[], &[5])), Ok(Some(vec![13, 2])));
+        assert_eq!(bin("Sub", &iv(&[2], &[8, -3]), &iv(&[], &[5])), Ok(Some(vec![3, -8])));
+        assert_eq!(bin("Div", &iv(&[4], &[7, -7, 7, -7]), &iv(&[4], &[2, 2, -2, -2])), Ok(Some(vec![3, -3, -3, 3])));
+        // ONNX Mod with fmod=0 takes the divisor's sign (Python), with fmod=1 the dividend's (C).
+        let (x, y) = (iv(&[4], &[7, -7, 7, -7]), iv(&[4], &[3, 3, -3, -3]));
+        assert_eq!(bin("Mod", &x, &y), Ok(Some(vec![1, 2, -2, -1])));
+        assert_eq!(bin("FMod", &x, &y), Ok(Some(vec![1, -1, 1, -1])));
+        assert_eq!(bin("Max", &x, &y), Ok(Some(vec![7, 3, 7, -3])));
+        assert_eq!(bin("Min", &x, &y), Ok(Some(vec![3, -7, -3, -7])));
+        // Overflow of i64 and of a narrower type, division by zero, i64::MIN / -1: errors, never wraps.
+        assert!(bin("Add", &iv(&[], &[i64::MAX]), &iv(&[], &[1])).unwrap_err().contains("overflows INT64"));
+        assert!(bin("Mul", &iv(&[], &[i64::MIN]), &iv(&[], &[2])).is_err());
+        assert!(bin("Div", &iv(&[], &[i64::MIN]), &iv(&[], &[-1])).is_err());
+        assert!(bin("Mul", &i32v(&[], &[1 << 20]), &i32v(&[], &[1 << 12])).unwrap_err().contains("overflows INT32"));
+        assert_eq!(bin("Mul", &i32v(&[], &[1 << 20]), &i32v(&[], &[1 << 10])), Ok(Some(vec![1 << 30])));
+        for op in ["Div", "Mod", "FMod"] {
+            assert!(bin(op, &iv(&[], &[5]), &iv(&[], &[0])).unwrap_err().contains("division by zero"), "{op}");
+        }
+        // Mismatched ranks that do not broadcast and mismatched dtypes are errors; float maths is not folded.
+        assert!(bin("Add", &iv(&[2], &[1, 2]), &iv(&[3], &[1, 2, 3])).unwrap_err().contains("cannot broadcast"));
+        assert!(bin("Add", &iv(&[1], &[1]), &i32v(&[1], &[1])).unwrap_err().contains("share a dtype"));
+        assert_eq!(binary("Add", &f32v(&[1], &[1.0]), &f32v(&[1], &[2.0]), MAX), Ok(None));
+        // Comparisons give bool; Xor of bools.
+        let eq = binary("Equal", &iv(&[3], &[1, 2, 3]), &iv(&[1], &[2]), MAX).unwrap().unwrap();
+        assert_eq!((eq.dtype, vals(&eq)), (data_type::BOOL, (vec![3], vec![0, 1, 0])));
+        let t = TensorValue::new(data_type::BOOL, vec![2], vec![1, 0]);
+        let x = binary("Xor", &t, &TensorValue::new(data_type::BOOL, vec![2], vec![1, 1]), MAX).unwrap().unwrap();
+        assert_eq!(x.bytes.to_vec(), vec![0, 1]);
+    }
+
+    #[test]
+    fn unary_ops_are_checked() {
+        let neg = unary("Neg", &iv(&[3], &[1, -2, 0])).unwrap().unwrap();
+        assert_eq!(vals(&neg), (vec![3], vec![-1, 2, 0]));
+        assert!(unary("Neg", &iv(&[], &[i64::MIN])).unwrap_err().contains("overflows"));
+        assert!(unary("Abs", &i32v(&[], &[i32::MIN.into()])).is_err());
+        assert_eq!(vals(&unary("Sign", &iv(&[3], &[-5, 0, 9])).unwrap().unwrap()).1, vec![-1, 0, 1]);
+        let not = unary("Not", &TensorValue::new(data_type::BOOL, vec![2], vec![1, 0])).unwrap().unwrap();
+        assert_eq!((not.dtype, not.bytes.to_vec()), (data_type::BOOL, vec![0, 1]));
+        assert_eq!(unary("Neg", &f32v(&[1], &[1.0])), Ok(None));
+    }
+
+    #[test]
+    fn cumsum_position_ids() {
+        let x = iv(&[4], &[1, 2, 3, 4]);
+        let run = |excl, rev| vals(&cumsum(&x, 0, excl, rev).unwrap().unwrap()).1;
+        assert_eq!(run(false, false), vec![1, 3, 6, 10]);
+        assert_eq!(run(true, false), vec![0, 1, 3, 6]);
+        assert_eq!(run(false, true), vec![10, 9, 7, 4]);
+        assert_eq!(run(true, true), vec![9, 7, 4, 0]);
+        // Along the last axis of a [2, 3] mask: the position ids of HF exports.
+        let m = iv(&[2, 3], &[1, 1, 1, 0, 1, 1]);
+        assert_eq!(vals(&cumsum(&m, -1, false, false).unwrap().unwrap()), (vec![2, 3], vec![1, 2, 3, 0, 1, 2]));
+        assert_eq!(vals(&cumsum(&m, 0, false, false).unwrap().unwrap()).1, vec![1, 1, 1, 1, 2, 2]);
+        assert!(cumsum(&m, 2, false, false).unwrap_err().contains("out of range"));
+        assert!(cumsum(&iv(&[2], &[i64::MAX, 1]), 0, false, false).unwrap_err().contains("overflows"));
+        assert_eq!(cumsum(&f32v(&[1], &[1.0]), 0, false, false), Ok(None));
+    }
+
+    #[test]
+    fn tile_and_transpose() {
+        let x = iv(&[1, 2], &[1, 2]);
+        assert_eq!(vals(&tile(&x, &[2, 2], MAX).unwrap()), (vec![2, 4], vec![1, 2, 1, 2, 1, 2, 1, 2]));
+        let y = iv(&[2, 1], &[5, 6]);
+        assert_eq!(vals(&tile(&y, &[1, 3], MAX).unwrap()), (vec![2, 3], vec![5, 5, 5, 6, 6, 6]));
+        assert_eq!(tile(&x, &[0, 1], MAX).unwrap().dims, vec![0, 2]);
+        assert!(tile(&x, &[2], MAX).unwrap_err().contains("rank"));
+        assert!(tile(&x, &[1, -1], MAX).unwrap_err().contains("negative"));
+        assert!(tile(&x, &[1, i64::MAX], MAX).is_err());
+        assert!(tile(&x, &[1 << 20, 1 << 20], MAX).unwrap_err().contains("folding limit"));
+        let m = iv(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+        let t = transpose(&Op::Transpose { perm: None }, &m, MAX).unwrap();
+        assert_eq!(vals(&t), (vec![3, 2], vec![1, 4, 2, 5, 3, 6]));
+        let c = iv(&[2, 1, 2], &[1, 2, 3, 4]);
+        let t = transpose(&Op::Transpose { perm: Some(vec![1, 2, 0]) }, &c, MAX).unwrap();
+        assert_eq!(vals(&t), (vec![1, 2, 2], vec![1, 3, 2, 4]));
+        assert!(transpose(&Op::Transpose { perm: Some(vec![0, 0, 1]) }, &c, MAX).is_err());
+    }
+
+    #[test]
+    fn float_range_and_constant_of_shape() {
+        let r = range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1.0]), &f32v(&[], &[0.25]), MAX).unwrap();
+        assert_eq!((r.dims.clone(), r.to_f64s()), (vec![4], vec![0.0, 0.25, 0.5, 0.75]));
+        let r = range_float(&f32v(&[], &[3.0]), &f32v(&[], &[0.0]), &f32v(&[], &[-1.5]), MAX).unwrap();
+        assert_eq!(r.to_f64s(), vec![3.0, 1.5]);
+        let empty = range_float(&f32v(&[], &[1.0]), &f32v(&[], &[0.0]), &f32v(&[], &[1.0]), MAX).unwrap();
+        assert_eq!(empty.dims, vec![0]);
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1.0]), &f32v(&[], &[0.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[f32::NAN]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &f32v(&[], &[1e30]), &f32v(&[], &[1e-30]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[-3e38]), &f32v(&[], &[3e38]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[], &[0.0]), &iv(&[], &[1]), &f32v(&[], &[1.0]), MAX).is_err());
+        assert!(range_float(&f32v(&[2], &[0.0, 1.0]), &f32v(&[], &[1.0]), &f32v(&[], &[1.0]), MAX).is_err());
+        // Integer Range: the position ids of a dynamic export, and its hostile forms.
+        let r = range(&iv(&[], &[0]), &iv(&[], &[128]), &iv(&[], &[1]), MAX).unwrap().unwrap();
+        assert_eq!((r.dims.clone(), r.to_i64s().unwrap()[127]), (vec![128], 127));
+        assert!(range(&iv(&[], &[0]), &iv(&[], &[5]), &iv(&[], &[0]), MAX).is_err());
+        assert!(range(&iv(&[1], &[0]), &iv(&[2], &[5, 6]), &iv(&[], &[1]), MAX).is_err());
+        assert!(range(&iv(&[], &[i64::MIN]), &iv(&[], &[i64::MAX]), &iv(&[], &[1]), MAX).is_err());
+        assert!(constant_of_shape(&[2, -1], None, MAX).unwrap_err().contains("negative"));
+        let z = constant_of_shape(&[2, 0], None, MAX).unwrap();
+        assert_eq!((z.dtype, z.dims.clone(), z.bytes.len()), (data_type::FLOAT, vec![2, 0], 0));
+        assert!(constant_of_shape(&[1], Some(&iv(&[2], &[1, 2])), MAX).is_err());
+    }
+
+    #[test]
+    fn shape_tensor_ops_and_their_hostile_forms() {
+        // A 4-way Concat of shape pieces (bert's expanded attention mask target).
+        let parts = [iv(&[1], &[8]), iv(&[1], &[1]), iv(&[1], &[128]), iv(&[1], &[128])];
+        let refs: Vec<&TensorValue> = parts.iter().collect();
+        assert_eq!(vals(&concat(0, &refs, MAX).unwrap()), (vec![4], vec![8, 1, 128, 128]));
+        assert!(concat(0, &[&iv(&[1], &[8]), &iv(&[1, 1], &[1])], MAX).is_err());
+        assert!(concat(3, &[&iv(&[1], &[8]), &iv(&[1], &[1])], MAX).is_err());
+        let shape = iv(&[4], &[8, 3, 224, 224]);
+        assert_eq!(vals(&gather(0, &shape, &iv(&[2], &[-1, 0]), MAX).unwrap()).1, vec![224, 8]);
+        assert!(gather(0, &shape, &iv(&[], &[4]), MAX).unwrap_err().contains("out of range"));
+        assert!(gather(0, &shape, &iv(&[], &[i64::MIN]), MAX).is_err());
+        assert!(gather(1, &shape, &iv(&[], &[0]), MAX).is_err());
+        // Slice to the end with the exporters' i64::MAX sentinel, and from the back.
+        let op = Op::Slice { starts: vec![1], ends: vec![i64::MAX], axes: None, steps: None };
+        assert_eq!(vals(&slice(&op, &shape, MAX).unwrap()).1, vec![3, 224, 224]);
+        let op = Op::Slice { starts: vec![-2], ends: vec![i64::MAX], axes: Some(vec![0]), steps: Some(vec![1]) };
+        assert_eq!(vals(&slice(&op, &shape, MAX).unwrap()).1, vec![224, 224]);
+        let op = Op::Slice { starts: vec![0], ends: vec![1], axes: Some(vec![1]), steps: None };
+        assert!(slice(&op, &shape, MAX).is_err());
+        let op = Op::Slice { starts: vec![0], ends: vec![1], axes: None, steps: Some(vec![0]) };
+        assert!(slice(&op, &shape, MAX).is_err());
+        // Unsqueeze/Squeeze views; a Reshape target whose product disagrees is an error.
+        let u = view(&Op::Unsqueeze { axes: vec![0, -1] }, &iv(&[], &[5])).unwrap();
+        assert_eq!(vals(&u), (vec![1, 1], vec![5]));
+        assert_eq!(view(&Op::Squeeze { axes: None }, &u).unwrap().dims, Vec::<usize>::new());
+        assert!(view(&Op::Squeeze { axes: Some(vec![0]) }, &iv(&[2], &[1, 2])).is_err());
+        assert!(view(&Op::Reshape { shape: vec![3], allowzero: false }, &iv(&[2], &[1, 2])).is_err());
+        // Expand to a negative or incompatible target.
+        assert!(expand(&[-2, 3], &iv(&[3], &[1, 2, 3]), MAX).is_err());
+        assert!(expand(&[2, 4], &iv(&[3], &[1, 2, 3]), MAX).is_err());
+        // Where over shape tensors (the -1 placeholders of a Reshape target), Cast between int widths.
+        let w = where_(
+            &TensorValue::new(data_type::BOOL, vec![3], vec![1, 0, 1]),
+            &iv(&[3], &[8, 12, 64]),
+            &iv(&[], &[-1]),
+            MAX,
+        )
+        .unwrap();
+        assert_eq!(vals(&w).1, vec![8, -1, 64]);
+        assert!(where_(
+            &TensorValue::new(data_type::BOOL, vec![2], vec![1, 0]),
+            &iv(&[3], &[1, 2, 3]),
+            &iv(&[], &[0]),
+            MAX
+        )
+        .is_err());
+        assert!(where_(&TensorValue::new(data_type::BOOL, vec![1], vec![1]), &iv(&[1], &[1]), &i32v(&[1], &[0]), MAX)
+            .is_err());
+        let c = cast_to_int(&iv(&[2], &[3, -1]), data_type::INT32).unwrap();
+        assert_eq!((c.dtype, vals(&c).1), (data_type::INT32, vec![3, -1]));
+    }
+
+    #[test]
+    fn trilu_causal_masks() {
+        let ones = iv(&[3, 3], &[1; 9]);
+        assert_eq!(vals(&trilu(&ones, 0, false).unwrap()).1, vec![1, 0, 0, 1, 1, 0, 1, 1, 1]);
+        assert_eq!(vals(&trilu(&ones, 1, true).unwrap()).1, vec![0, 1, 1, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(vals(&trilu(&ones, -1, true).unwrap()).1, vec![1, 1, 1, 1, 1, 1, 0, 1, 1]);
+        assert_eq!(vals(&trilu(&ones, i64::MIN, false).unwrap()).1, vec![0; 9]);
+        assert_eq!(vals(&trilu(&ones, i64::MAX, false).unwrap()).1, vec![1; 9]);
+        // Batched [2, 1, 2] and a non-square [2, 3].
+        let b = iv(&[2, 1, 2], &[5, 6, 7, 8]);
+        assert_eq!(vals(&trilu(&b, 0, true).unwrap()).1, vec![5, 6, 7, 8]);
+        let w = f32v(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(trilu(&w, 0, true).unwrap().to_f64s(), vec![1.0, 2.0, 3.0, 0.0, 5.0, 6.0]);
+        assert!(trilu(&iv(&[3], &[1, 2, 3]), 0, true).unwrap_err().contains("rank"));
+        assert_eq!(trilu(&iv(&[0, 4], &[]), 0, true).unwrap().dims, vec![0, 4]);
     }
 }

@@ -345,10 +345,11 @@ impl Importer<'_> {
             Op::Where => refs.get(1).map_or(0, |v| v.dtype),
             _ => refs[0].dtype,
         };
-        if !fold::is_index_type(result_code) || refs.len() > 3 {
+        if !fold::is_index_type(result_code) {
             return Ok(None);
         }
         let max = self.opts.max_fold_bytes;
+        let binary = p.op.arity() == graph_ir::op::Arity::Exact(2);
         let r = match &p.op {
             Op::Identity | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } | Op::Flatten { .. } => {
                 fold::view(&p.op, refs[0]).map(Some)
@@ -359,9 +360,19 @@ impl Importer<'_> {
             Op::Expand { shape } => fold::expand(shape, refs[0], max).map(Some),
             Op::Where if refs.len() == 3 => fold::where_(refs[0], refs[1], refs[2], max).map(Some),
             Op::Cast { to } => Ok(fold::cast_to_int(refs[0], code_of(*to))),
-            Op::Neg | Op::Abs | Op::Not => Ok(fold::unary(p.op.name(), refs[0])),
-            op if refs.len() == 2 && op.arity() == graph_ir::op::Arity::Exact(2) => {
-                fold::binary(op.name(), refs[0], refs[1], max)
+            Op::Neg | Op::Abs | Op::Not => fold::unary(p.op.name(), refs[0]),
+            Op::Transpose { .. } => fold::transpose(&p.op, refs[0], max).map(Some),
+            // Variadic Sum/Max/Min (one input: the identity) fold left to right, as `add` chains them.
+            _ if binary && refs.len() == 1 => Ok(Some(refs[0].clone())),
+            op if binary => {
+                let mut acc = refs[0].clone();
+                for next in &refs[1..] {
+                    match fold::binary(op.name(), &acc, next, max) {
+                        Ok(Some(v)) => acc = v,
+                        other => return other.map_err(|e| c.invalid(format!("while folding constants: {e}"))),
+                    }
+                }
+                Ok(Some(acc))
             }
             _ => Ok(None),
         };

@@ -28,7 +28,9 @@ fn usizes(c: &Ctx, attr: &str, v: &[i64]) -> Result<Vec<usize>, OnnxError> {
 
 impl Importer<'_> {
     /// Evaluates the ops graph-ir has no equivalent for (Constant, Shape, Size, ConstantOfShape, Range,
-    /// GatherElements); `None` for every other op.
+    /// GatherElements, Mod, CumSum, Sign, Xor, Trilu, and Tile of a constant), which must have constant
+    /// inputs: the shape arithmetic, position ids and masks of dynamic exports once their symbols are bound.
+    /// `None` for every other op.
     pub(crate) fn fold_special(&self, c: &Ctx) -> Result<Option<Vec<TensorValue>>, OnnxError> {
         let max = self.opts.max_fold_bytes;
         let folded = |r: Result<TensorValue, String>| match r {
@@ -62,9 +64,60 @@ impl Importer<'_> {
                 let (s, l, d) = (self.req_const(c, 0)?, self.req_const(c, 1)?, self.req_const(c, 2)?);
                 match fold::range(&s, &l, &d, max) {
                     Ok(Some(v)) => Ok(Some(vec![v])),
-                    Ok(None) => Err(c.unsupported("floating-point Range")),
+                    Ok(None) => folded(fold::range_float(&s, &l, &d, max)),
                     Err(e) => Err(c.invalid(e)),
                 }
+            }
+            "Mod" => {
+                let op = if c.attrs.flag("fmod", false)? { "FMod" } else { "Mod" };
+                let (a, b) = (self.req_const(c, 0)?, self.req_const(c, 1)?);
+                match fold::binary(op, &a, &b, max) {
+                    Ok(Some(v)) => Ok(Some(vec![v])),
+                    Ok(None) => Err(c.unsupported("floating-point Mod")),
+                    Err(e) => Err(c.invalid(e)),
+                }
+            }
+            "CumSum" => {
+                let x = self.req_const(c, 0)?;
+                let axis = match self.const_ints(c, 1)?.as_deref() {
+                    Some(&[a]) => a,
+                    Some(other) => return Err(c.invalid(format!("axis must hold one value, holds {other:?}"))),
+                    None => return Err(self.missing(c, 1)),
+                };
+                let (exclusive, reverse) = (c.attrs.flag("exclusive", false)?, c.attrs.flag("reverse", false)?);
+                match fold::cumsum(&x, axis, exclusive, reverse) {
+                    Ok(Some(v)) => Ok(Some(vec![v])),
+                    Ok(None) => Err(c.unsupported("floating-point CumSum")),
+                    Err(e) => Err(c.invalid(e)),
+                }
+            }
+            "Sign" | "Xor" => {
+                let a = self.req_const(c, 0)?;
+                let r = if c.op_type() == "Sign" {
+                    fold::unary("Sign", &a)
+                } else {
+                    fold::binary("Xor", &a, &self.req_const(c, 1)?, max)
+                };
+                match r {
+                    Ok(Some(v)) => Ok(Some(vec![v])),
+                    Ok(None) => Err(c.unsupported(format!("floating-point {}", c.op_type()))),
+                    Err(e) => Err(c.invalid(e)),
+                }
+            }
+            // Causal masks of dynamic exports: Trilu over a constant (ConstantOfShape of the bound sequence).
+            "Trilu" => {
+                let x = self.req_const(c, 0)?;
+                let k = match self.const_ints(c, 1)?.as_deref() {
+                    None => 0,
+                    Some(&[k]) => k,
+                    Some(other) => return Err(c.invalid(format!("k must hold one value, holds {other:?}"))),
+                };
+                folded(fold::trilu(&x, k, c.attrs.flag("upper", true)?))
+            }
+            // Tile of a constant folds; of run-time data it is planned as an Expand (see `plan`).
+            "Tile" if c.input(0).is_some_and(|n| self.val(c, n).is_ok_and(|v| v.konst.is_some())) => {
+                let repeats = self.const_ints(c, 1)?.ok_or_else(|| self.missing(c, 1))?;
+                folded(fold::tile(&self.req_const(c, 0)?, &repeats, max))
             }
             "GatherElements" => {
                 let (data, idx) = (self.req_const(c, 0)?, self.req_const(c, 1)?);
@@ -338,6 +391,19 @@ impl Importer<'_> {
             "Expand" => {
                 let shape = self.const_ints(c, 1)?.ok_or_else(|| self.missing(c, 1))?;
                 unary(Op::Expand { shape })
+            }
+            "Tile" => {
+                // Tile equals Expand when every repeated axis has extent 1 (the common repeat of a batch-1
+                // tensor); other tilings of run-time data have no graph-ir op.
+                let x = self.dims(c, 0)?;
+                let repeats = self.const_ints(c, 1)?.ok_or_else(|| self.missing(c, 1))?;
+                let dims = fold::tile_dims(&x, &repeats).map_err(|e| c.invalid(e))?;
+                if x.iter().zip(&repeats).any(|(&d, &k)| k != 1 && d != 1) {
+                    return Err(c.unsupported(format!(
+                        "Tile of run-time data with dims {x:?} by {repeats:?} (only axes of extent 1 may repeat)"
+                    )));
+                }
+                unary(Op::Expand { shape: dims.iter().map(|&d| d as i64).collect() })
             }
             "Pad" => self.pad(c).map(Some),
             "Split" => self.split(c).map(Some),
