@@ -487,7 +487,13 @@ impl ExecutionPlan {
     pub fn finish(graph: &ComputeGraph, r: &PipelineResult) -> PlanResult<Self> {
         let (fusion, groups, mem, streams) = match (&r.fusion, &r.groups, &r.memory, &r.stream) {
             (Some(f), Some(g), Some(m), Some(s)) => (f, g, m, s),
-            _ => return Err(bug("pipeline", "the pipeline stopped before the stream pass")),
+            // A caller's mistake (a pipeline stopped early), not a planner bug.
+            _ => {
+                return Err(PlanError::Graph(GraphError::InvalidOption {
+                    option: "pipeline".into(),
+                    detail: "finish needs a pipeline run through the stream pass (stop_after: None or stream)".into(),
+                }))
+            }
         };
         let mut clock = PassClock { ms: r.pass_ms.clone() };
         let device = &r.target.device;

@@ -92,3 +92,15 @@ fn a_custom_device_profile_travels_in_the_plan() {
     assert_eq!(back.device(), &opts.device);
     assert_eq!(back.device().sm_count, 7);
 }
+
+#[test]
+fn finishing_a_pipeline_stopped_early_is_a_caller_error() {
+    use graph_plan::{run_pipeline, Pass, PlanError};
+    let g = synth::mlp(2, 64, 1).unwrap();
+    let r = run_pipeline(&g, &PlanOptions::default(), Some(Pass::Memory)).unwrap();
+    let e = ExecutionPlan::finish(&g, &r).unwrap_err();
+    assert!(
+        matches!(&e, PlanError::Graph(graph_ir::GraphError::InvalidOption { option, .. }) if option == "pipeline"),
+        "{e}"
+    );
+}
