@@ -213,13 +213,7 @@ pub(crate) fn gather_elements(
             flat += c * ds[k];
         }
         out.extend_from_slice(&data.bytes[flat * size..(flat + 1) * size]);
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < indices.dims[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &indices.dims);
     }
     Ok(TensorValue::new(data.dtype, indices.dims.clone(), out))
 }
@@ -242,15 +236,20 @@ pub(crate) fn slice(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorValue
         let flat: i64 = (0..r).map(|k| (plan[k].start + pos[k] as i64 * plan[k].step) * xs[k] as i64).sum();
         let f = flat as usize;
         out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < dims[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &dims);
     }
     Ok(TensorValue::new(x.dtype, dims, out))
+}
+
+/// Step the row-major multi-index `pos` over `dims` to the next element (wrapping to all zeros after the last).
+fn advance(pos: &mut [usize], dims: &[usize]) {
+    for k in (0..pos.len()).rev() {
+        pos[k] += 1;
+        if pos[k] < dims[k] {
+            return;
+        }
+        pos[k] = 0;
+    }
 }
 
 /// Transpose (graph-ir's default permutation reverses the axes).
@@ -270,13 +269,7 @@ pub(crate) fn transpose(op: &Op, x: &TensorValue, max_bytes: usize) -> R<TensorV
         // Output axis k reads input axis perm[k].
         let f: usize = (0..r).map(|k| pos[k] * xs[perm[k]]).sum();
         out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < dims[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &dims);
     }
     Ok(TensorValue::new(x.dtype, dims, out))
 }
@@ -467,13 +460,7 @@ pub(crate) fn tile(x: &TensorValue, repeats: &[i64], max_bytes: usize) -> R<Tens
     for _ in 0..n {
         let f: usize = (0..r).map(|k| (pos[k] % x.dims[k]) * xs[k]).sum();
         out.extend_from_slice(&x.bytes[f * size..(f + 1) * size]);
-        for k in (0..r).rev() {
-            pos[k] += 1;
-            if pos[k] < dims[k] {
-                break;
-            }
-            pos[k] = 0;
-        }
+        advance(&mut pos, &dims);
     }
     Ok(TensorValue::new(x.dtype, dims, out))
 }

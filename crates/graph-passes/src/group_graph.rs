@@ -39,6 +39,23 @@ pub fn alias_roots(graph: &ComputeGraph, order: &TopoOrder) -> SecondaryMap<Tens
     root
 }
 
+/// Successors (ascending) and longest-path depth of every group, from predecessor lists in which every
+/// predecessor comes before its successor.
+fn succs_and_depth(preds: &[Vec<GroupId>]) -> (Vec<Vec<GroupId>>, Vec<u32>) {
+    let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); preds.len()];
+    let mut depth = vec![0u32; preds.len()];
+    for (g, ps) in preds.iter().enumerate() {
+        for &p in ps {
+            if let Some(s) = succs.get_mut(p.index()) {
+                s.push(GroupId::from_index(g));
+            }
+            // Predecessors come first in group order, so their depth is final.
+            depth[g] = depth[g].max(depth.get(p.index()).copied().unwrap_or(0) + 1);
+        }
+    }
+    (succs, depth)
+}
+
 /// Group-level facts of a fused program (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub struct GroupGraph {
@@ -76,17 +93,7 @@ impl GroupGraph {
             ps.sort_unstable();
             ps.dedup();
         }
-        let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); ng];
-        let mut depth = vec![0u32; ng];
-        for (g, ps) in preds.iter().enumerate() {
-            for &p in ps {
-                if let Some(s) = succs.get_mut(p.index()) {
-                    s.push(GroupId::from_index(g));
-                }
-                // Predecessors come first in group order, so their depth is final.
-                depth[g] = depth[g].max(depth.get(p.index()).copied().unwrap_or(0) + 1);
-            }
-        }
+        let (succs, depth) = succs_and_depth(&preds);
         let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
         for (t, _) in graph.tensors() {
             for &c in graph.consumers(t) {
@@ -108,17 +115,7 @@ impl GroupGraph {
     /// A group graph with these data predecessor lists and no tensors (each predecessor below its successor),
     /// for tests and for analyses over plain DAGs.
     pub fn from_preds(preds: Vec<Vec<GroupId>>) -> GroupGraph {
-        let n = preds.len();
-        let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); n];
-        let mut depth = vec![0u32; n];
-        for (g, ps) in preds.iter().enumerate() {
-            for &p in ps {
-                if let Some(s) = succs.get_mut(p.index()) {
-                    s.push(GroupId::from_index(g));
-                }
-                depth[g] = depth[g].max(depth.get(p.index()).copied().unwrap_or(0) + 1);
-            }
-        }
+        let (succs, depth) = succs_and_depth(&preds);
         GroupGraph { preds, succs, depth, ..GroupGraph::default() }
     }
 
