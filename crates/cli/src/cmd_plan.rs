@@ -100,6 +100,8 @@ pub struct PlanArgs {
     /// as JSON, for inspecting or bisecting a plan.
     #[arg(long, value_name = "PASS")]
     stop_after: Option<String>,
+    #[command(flatten)]
+    set: crate::cmd_set::SetFlags,
 }
 
 /// Build a plan and verify it; returns it with the build time in milliseconds.
@@ -148,6 +150,9 @@ fn stopped_pipeline(g: &ComputeGraph, opts: &PlanOptions, name: &str) -> Result<
 
 /// Run `plan`.
 pub fn run(a: &PlanArgs) -> Result<()> {
+    if a.set.active() {
+        return run_set(a);
+    }
     let progress = crate::viz::Progress::spinner("loading");
     let g = load_graph(&a.graph)?;
     let opts = a.flags.options()?;
@@ -186,6 +191,32 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             out = format!("{}\n\n{text}", out.trim_end());
         }
     }
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", out.trim_end());
+    Ok(())
+}
+
+/// `plan --buckets`: the set as text (each member's figures, the shared layout, the padding analysis), JSON, or
+/// the set's report.
+fn run_set(a: &PlanArgs) -> Result<()> {
+    if a.stop_after.is_some() || a.memory_svg.is_some() || a.dot.is_some() || a.explain_fusion {
+        bail!(
+            "--buckets plans a set; --stop-after, --memory-svg, --dot and --explain-fusion take one plan (use --dim)"
+        );
+    }
+    let opts = a.flags.options()?;
+    let progress = crate::viz::Progress::spinner("planning the set");
+    let b = crate::cmd_set::build(&a.graph, &a.set, &opts, false)?;
+    progress.finish();
+    let out = if a.report {
+        serde_json::to_string_pretty(&cuplan::report::set_report(&b.set, b.compile_ms))?
+    } else {
+        match a.format {
+            Format::Text => b.set.to_string(),
+            Format::Json => b.set.to_json(),
+        }
+    };
     use std::io::Write;
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{}", out.trim_end());

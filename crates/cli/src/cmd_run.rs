@@ -66,6 +66,12 @@ pub struct RunArgs {
     /// Write the modelled timeline as Chrome trace JSON (opens in Perfetto).
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    #[command(flatten)]
+    set: crate::cmd_set::SetFlags,
+    /// With --buckets: run a request above the largest bucket in chunks of it (along a symbol that is safe to
+    /// pad, whose axis every input and output carries alone).
+    #[arg(long)]
+    chunk: bool,
 }
 
 fn schedule(a: &RunArgs) -> Schedule {
@@ -119,6 +125,12 @@ fn summarise(name: &str, t: &HostTensor) -> String {
 
 /// Run `run`.
 pub fn run(a: &RunArgs) -> Result<()> {
+    if a.set.active() {
+        return run_set(a);
+    }
+    if a.chunk {
+        bail!("--chunk needs --buckets");
+    }
     let loaded = load(&a.graph)?;
     let mut opts: PlanOptions = a.flags.options()?;
     if a.backend == Backend::Cuda {
@@ -223,6 +235,90 @@ pub fn run(a: &RunArgs) -> Result<()> {
         }
         if !report.passed {
             bail!("--check: the optimised plan's outputs differ from the reference plan's");
+        }
+    }
+    Ok(())
+}
+
+/// `run --buckets ... --dim batch=3`: prepare the set once, run the request (padded into the smallest covering
+/// bucket, or chunked with `--chunk`), and with `--check` compare its outputs with the exact plan of the
+/// request's size.
+fn run_set(a: &RunArgs) -> Result<()> {
+    if a.backend != Backend::Sim {
+        bail!("--buckets runs on --backend sim (exec-cuda's set preparation needs a GPU to be checked; see docs/buckets.md)");
+    }
+    if a.trace.is_some() {
+        bail!("--trace takes one plan; use --dim without --buckets");
+    }
+    let opts = a.flags.options()?;
+    let mut b = crate::cmd_set::build(&a.graph, &a.set, &opts, true)?;
+    let dims = crate::cmd_set::request(&a.graph, &b.set)?;
+    // The exact graph of the request: its inputs' shapes, seeded values, and the reference for --check.
+    let exact_graph = crate::cmd_set::exact_graph(&b, &dims)?;
+    let exact = ExecutionPlan::build_with(&exact_graph, &opts)?;
+    if let Err(v) = verify(&exact) {
+        bail!(
+            "internal error: the exact plan fails verification ({} violations; first: {}) — this is a bug",
+            v.len(),
+            v[0]
+        );
+    }
+    let mut inputs = TensorMap::new();
+    let mut weights = std::mem::take(&mut b.weights);
+    for p in [&a.inputs, &a.weights].into_iter().flatten() {
+        split_supplied(&exact, tensors_io::read(p)?, &mut inputs, &mut weights)
+            .with_context(|| format!("'{}'", p.display()))?;
+    }
+    exec_sim::fill_tensors(&exact, &mut inputs, &mut weights, a.seed);
+    let sim = SimOptions { schedule: schedule(a), race_check: !a.no_race_check, poison: true };
+    let exec = SimExecutor::with_options(sim);
+    let mut prepared = exec.prepare_set(&b.set, &weights)?;
+    let pieces = b.set.pieces(&dims, a.chunk)?;
+    let outputs = prepared.run_request(&dims, &inputs, a.chunk)?;
+    let ran: Vec<String> =
+        pieces.iter().map(|p| graph_plan::set::dims_label(&b.set.members()[p.member].dims)).collect();
+    println!(
+        "ran '{}' at {} on sim: {} piece(s) on bucket(s) {} of {}; set pool {} B",
+        exact.graph_name(),
+        graph_plan::set::dims_label(&dims),
+        pieces.len(),
+        ran.join(" + "),
+        b.set.members().len(),
+        b.set.pool_bytes()
+    );
+    for (name, t) in &outputs {
+        println!("  {}", summarise(name, t));
+    }
+    if let Some(p) = &a.output {
+        tensors_io::write(p, &outputs)?;
+    }
+    if a.check {
+        let want = exec_sim::run_plan(&exec, &exact, &weights, &inputs)?;
+        println!(
+            "check against the exact plan at {} (tolerance {:e} relative):",
+            graph_plan::set::dims_label(&dims),
+            a.tolerance
+        );
+        let mut passed = want.len() == outputs.len();
+        for (n, w) in &want {
+            let Some(g) = outputs.get(n) else {
+                println!("  FAIL {n}: missing from the set's outputs");
+                passed = false;
+                continue;
+            };
+            let o = exec_sim::compare(n, w, g, a.tolerance);
+            passed &= o.passed;
+            println!(
+                "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
+                if o.passed { "ok  " } else { "FAIL" },
+                o.name,
+                o.max_abs_err,
+                o.max_rel_err,
+                if o.bitwise_equal { " (bitwise equal)" } else { "" }
+            );
+        }
+        if !passed {
+            bail!("--check: the set's padded outputs differ from the exact plan's");
         }
     }
     Ok(())

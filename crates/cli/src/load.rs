@@ -142,3 +142,44 @@ fn json_graph(text: &str, dims: &[(String, usize)]) -> graph_ir::GraphResult<Com
     let dims = dims.iter().cloned().collect();
     graph_ir::json::from_json_with_dims(text, graph_ir::Limits::default(), &dims)
 }
+
+/// A model file read once, loaded again at any values of its symbolic dimensions: what a plan set loads its
+/// members from (`--buckets`).
+pub struct Source {
+    bytes: Vec<u8>,
+    format: Format,
+    what: String,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Source {
+    /// Read the file named by `args` (its `--dim` values are the caller's to pass to [`load_at`](Self::load_at)).
+    pub fn read(args: &GraphArgs) -> Result<Source> {
+        if args.graph == "-" {
+            let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
+            return Ok(Source { bytes, format: Format::Json, what: "standard input".into(), dir: None });
+        }
+        let path = Path::new(&args.graph);
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+        if let Ok(meta) = file.metadata() {
+            if meta.len() > MAX_FILE_BYTES {
+                bail!("'{}' is larger than the limit of {MAX_FILE_BYTES} bytes ({} bytes)", path.display(), meta.len());
+            }
+        }
+        let what = format!("'{}'", path.display());
+        let bytes = read_limited(file, &what)?;
+        let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+        Ok(Source {
+            bytes,
+            format: if is_onnx { Format::Onnx } else { Format::Json },
+            what,
+            dir: path.parent().map(Path::to_path_buf),
+        })
+    }
+
+    /// The model with its symbols bound to `dims`.
+    pub fn load_at(&self, dims: &graph_plan::Dims) -> Result<Loaded> {
+        let dims: Vec<(String, usize)> = dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        from_bytes(self.bytes.clone(), self.format, dims, &self.what, self.dir.as_deref())
+    }
+}

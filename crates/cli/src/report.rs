@@ -53,3 +53,43 @@ pub fn report(plan: &ExecutionPlan, compile_ms: f64) -> serde_json::Value {
 fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
+
+/// The `--report` object of a plan set (`--buckets`): each member's figures, and the set's shared regions beside
+/// what separate plans would cost.
+pub fn set_report(set: &graph_plan::PlanSet, compile_ms: f64) -> serde_json::Value {
+    use graph_plan::Region;
+    let buckets: Vec<serde_json::Value> = set
+        .members()
+        .iter()
+        .map(|m| {
+            let mut r = report(&m.plan, m.compile_ms);
+            if let Some(o) = r.as_object_mut() {
+                o.insert("dims".into(), json!(m.dims));
+                o.remove("pass_ms");
+            }
+            r
+        })
+        .collect();
+    let padding: Vec<serde_json::Value> = set
+        .padding()
+        .iter()
+        .map(|p| json!({"symbol": p.symbol, "safe": p.safe(), "marked_safe": p.marked_safe, "mixing": p.mixing}))
+        .collect();
+    let (pool, sum) = (set.pool_bytes(), set.sum_pool_bytes());
+    json!({
+        "graph": set.members().first().map_or("", |m| m.plan.graph_name()),
+        "symbols": set.spec().symbols,
+        "fixed": set.fixed(),
+        "buckets": buckets,
+        "set_pool_bytes": pool,
+        "sum_pool_bytes": sum,
+        "sum_over_set_pool": if pool > 0 { round3(sum as f64 / pool as f64) } else { 1.0 },
+        "largest_member_pool_bytes": set.members().iter().map(|m| m.plan.pool_bytes).max().unwrap_or(0),
+        "set_weights_bytes": set.region_bytes(Region::Weights),
+        "set_io_bytes": set.region_bytes(Region::Io),
+        "set_host_bytes": set.region_bytes(Region::Host),
+        "padding": padding,
+        "load_ms": round3(set.load_ms()),
+        "compile_ms": round3(compile_ms),
+    })
+}

@@ -30,7 +30,8 @@ mod value;
 
 use graph_plan::exec::check_tensors;
 use graph_plan::{
-    BindingRole, ExecError, ExecutionPlan, Executor, HostTensor, Op, PlanStep, PreparedPlan, TensorMap, Unavailable,
+    set::Dims, BindingRole, ExecError, ExecutionPlan, Executor, HostTensor, Op, PlanSet, PlanStep, PreparedPlan,
+    SetError, TensorMap, Unavailable,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -136,6 +137,38 @@ impl SimExecutor {
 
     /// Prepare with concrete type (same as `Executor::prepare`).
     pub fn prepare_sim(&self, plan: &ExecutionPlan, weights: &TensorMap) -> Result<SimPrepared, ExecError> {
+        let sizes: [u64; 4] = graph_plan::Region::ALL.map(|r| plan.region_bytes(r));
+        let mut mem = self.memory(&sizes)?;
+        self.upload(plan, &mut mem, weights)?;
+        Ok(SimPrepared { plan: plan.clone(), mem, options: self.options, customs: self.customs.clone() })
+    }
+
+    /// Prepare a plan set once: one memory of the set's region sizes (one pool, the largest member's), every
+    /// member's weights and constants uploaded at their shared addresses. Requests of any covered size then run
+    /// without preparing again.
+    pub fn prepare_set(&self, set: &PlanSet, weights: &TensorMap) -> Result<SimPreparedSet, ExecError> {
+        let sizes: [u64; 4] = graph_plan::Region::ALL.map(|r| set.region_bytes(r));
+        let mut mem = self.memory(&sizes)?;
+        for m in set.members() {
+            self.upload(&m.plan, &mut mem, weights)?;
+        }
+        Ok(SimPreparedSet { set: set.clone(), mem, options: self.options, customs: self.customs.clone() })
+    }
+
+    /// Zeroed regions of the given sizes.
+    fn memory(&self, sizes: &[u64; 4]) -> Result<Memory, ExecError> {
+        let mut mem = Memory::default();
+        for r in graph_plan::Region::ALL {
+            let b = sizes[r.index()];
+            let n = usize::try_from(b)
+                .map_err(|_| backend(format!("region {} of {b} bytes does not fit memory", r.name())))?;
+            mem.regions[r.index()] = vec![0u8; n];
+        }
+        Ok(mem)
+    }
+
+    /// Check that this executor can run `plan`, and write its weights and constants into `mem`.
+    fn upload(&self, plan: &ExecutionPlan, mem: &mut Memory, weights: &TensorMap) -> Result<(), ExecError> {
         check_tensors(plan, weights, BindingRole::Weight)?;
         // Fail early on kernels this executor cannot run.
         for k in plan.kernels() {
@@ -146,13 +179,6 @@ impl SimExecutor {
                     }
                 }
             }
-        }
-        let mut mem = Memory::default();
-        for r in graph_plan::Region::ALL {
-            let n = usize::try_from(plan.region_bytes(r)).map_err(|_| {
-                backend(format!("region {} of {} bytes does not fit memory", r.name(), plan.region_bytes(r)))
-            })?;
-            mem.regions[r.index()] = vec![0u8; n];
         }
         for b in plan.bindings() {
             let data = match b.role {
@@ -177,7 +203,47 @@ impl SimExecutor {
             }
             dst.copy_from_slice(data);
         }
-        Ok(SimPrepared { plan: plan.clone(), mem, options: self.options, customs: self.customs.clone() })
+        Ok(())
+    }
+}
+
+/// A plan set prepared on the simulator: one memory for every member.
+pub struct SimPreparedSet {
+    set: PlanSet,
+    mem: Memory,
+    options: SimOptions,
+    customs: HashMap<String, CustomFn>,
+}
+
+impl std::fmt::Debug for SimPreparedSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimPreparedSet")
+            .field("members", &self.set.members().len())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl SimPreparedSet {
+    /// The prepared set.
+    pub fn set(&self) -> &PlanSet {
+        &self.set
+    }
+
+    /// Run member `i` on inputs of exactly its shapes.
+    pub fn run_member(&mut self, i: usize, inputs: &TensorMap) -> Result<TensorMap, SimError> {
+        let m = self.set.members().get(i).ok_or_else(|| backend(format!("the set has no member {i}")))?;
+        run_on(&m.plan, &mut self.mem, self.options, &self.customs, inputs)
+    }
+
+    /// Run a request of `dims` (`PlanSet::run_with`: select, pad, run, slice; with `chunk`, above the largest
+    /// bucket in chunks of it).
+    pub fn run_request(&mut self, dims: &Dims, inputs: &TensorMap, chunk: bool) -> Result<TensorMap, SetError> {
+        let Self { set, mem, options, customs } = self;
+        set.run_with(dims, inputs, chunk, |i, feed| {
+            let m = &set.members()[i];
+            run_on(&m.plan, mem, *options, customs, feed).map_err(ExecError::from)
+        })
     }
 }
 
@@ -224,93 +290,103 @@ impl SimPrepared {
 
     /// Run with the typed error (`SimError::Race` carries the race report).
     pub fn run_sim(&mut self, inputs: &TensorMap) -> Result<TensorMap, SimError> {
-        let _span = tracing::debug_span!("sim_run", graph = self.plan.graph_name()).entered();
-        let plan = &self.plan;
-        check_tensors(plan, inputs, BindingRole::Input)?;
-        if self.options.poison {
-            for r in SCRATCH_REGIONS {
-                self.mem.regions[r.index()].fill(POISON);
-            }
-            for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
-                if let Ok(out) = self.mem.bytes_mut(&b.buffer) {
-                    out.fill(POISON);
-                }
-            }
-        }
-        for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
-            let t = inputs.get(&b.name).ok_or_else(|| ExecError::Missing { role: "input", name: b.name.clone() })?;
-            let dst = self.mem.bytes_mut(&b.buffer).map_err(|e| backend(format!("input '{}': {e}", b.name)))?;
-            dst.copy_from_slice(&t.data);
-        }
-        let order = schedule::execution_order(plan, self.options.schedule);
-        let deps = schedule::wait_dependencies(plan);
-        let ns = schedule::stream_count(plan);
-        let mut race = self.options.race_check.then(|| {
-            let labels = plan
-                .steps
-                .iter()
-                .map(|s| match s {
-                    PlanStep::Launch { kernel, .. } => StepLabel {
-                        kernel: Some(*kernel),
-                        what: plan
-                            .kernel(*kernel)
-                            .map(|k| k.node_names().collect::<Vec<_>>().join(" + "))
-                            .unwrap_or_default(),
-                    },
-                    PlanStep::Copy { node, .. } => StepLabel {
-                        kernel: None,
-                        what: node.as_ref().map_or("copy".to_string(), |n| format!("copy [{n}]")),
-                    },
-                    PlanStep::Record { event, .. } => StepLabel { kernel: None, what: format!("record {event}") },
-                    PlanStep::Wait { event, .. } => StepLabel { kernel: None, what: format!("wait {event}") },
-                })
-                .collect();
-            RaceDetector::new(ns, labels, plan.steps.iter().map(PlanStep::stream).collect())
-        });
-        for &i in &order {
-            let step = &plan.steps[i];
-            let s = step.stream().index();
-            let epoch = race.as_mut().map_or(0, |r| r.begin(s));
-            match step {
-                PlanStep::Launch { kernel, .. } => {
-                    let k = plan
-                        .kernel(*kernel)
-                        .ok_or_else(|| backend(format!("step #{i} launches unknown kernel {kernel}")))?;
-                    if let Some(r) = race.as_mut() {
-                        r.access(i, s, epoch, &kernel::accesses(k)).map_err(SimError::Race)?;
-                    }
-                    kernel::run(k, &mut self.mem, &self.customs)?;
-                }
-                PlanStep::Copy { src, dst, bytes, .. } => {
-                    if let Some(r) = race.as_mut() {
-                        let n = (*bytes).min(src.bytes).min(dst.bytes);
-                        let acc = [
-                            (graph_plan::BufferRef { bytes: n, ..*src }, graph_plan::Access::Read),
-                            (graph_plan::BufferRef { bytes: n, ..*dst }, graph_plan::Access::Write),
-                        ];
-                        r.access(i, s, epoch, &acc).map_err(SimError::Race)?;
-                    }
-                    self.mem.copy(src, dst, *bytes).map_err(|e| backend(format!("copy at step #{i}: {e}")))?;
-                }
-                PlanStep::Record { .. } => {
-                    if let Some(r) = race.as_mut() {
-                        r.record(i, s);
-                    }
-                }
-                PlanStep::Wait { .. } => {
-                    if let Some(r) = race.as_mut() {
-                        r.wait(s, deps[i]);
-                    }
-                }
-            }
-        }
-        let mut outputs = TensorMap::new();
-        for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
-            let data = self.mem.bytes(&b.buffer).map_err(|e| backend(format!("output '{}': {e}", b.name)))?.to_vec();
-            outputs.insert(b.name.clone(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data });
-        }
-        Ok(outputs)
+        run_on(&self.plan, &mut self.mem, self.options, &self.customs, inputs)
     }
+}
+
+/// Run `plan` over the memory `mem` (its regions prepared): the one run loop of a plan and of a set's member.
+fn run_on(
+    plan: &ExecutionPlan,
+    mem: &mut Memory,
+    options: SimOptions,
+    customs: &HashMap<String, CustomFn>,
+    inputs: &TensorMap,
+) -> Result<TensorMap, SimError> {
+    let _span = tracing::debug_span!("sim_run", graph = plan.graph_name()).entered();
+    check_tensors(plan, inputs, BindingRole::Input)?;
+    if options.poison {
+        for r in SCRATCH_REGIONS {
+            mem.regions[r.index()].fill(POISON);
+        }
+        for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
+            if let Ok(out) = mem.bytes_mut(&b.buffer) {
+                out.fill(POISON);
+            }
+        }
+    }
+    for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
+        let t = inputs.get(&b.name).ok_or_else(|| ExecError::Missing { role: "input", name: b.name.clone() })?;
+        let dst = mem.bytes_mut(&b.buffer).map_err(|e| backend(format!("input '{}': {e}", b.name)))?;
+        dst.copy_from_slice(&t.data);
+    }
+    let order = schedule::execution_order(plan, options.schedule);
+    let deps = schedule::wait_dependencies(plan);
+    let ns = schedule::stream_count(plan);
+    let mut race = options.race_check.then(|| {
+        let labels = plan
+            .steps
+            .iter()
+            .map(|s| match s {
+                PlanStep::Launch { kernel, .. } => StepLabel {
+                    kernel: Some(*kernel),
+                    what: plan
+                        .kernel(*kernel)
+                        .map(|k| k.node_names().collect::<Vec<_>>().join(" + "))
+                        .unwrap_or_default(),
+                },
+                PlanStep::Copy { node, .. } => StepLabel {
+                    kernel: None,
+                    what: node.as_ref().map_or("copy".to_string(), |n| format!("copy [{n}]")),
+                },
+                PlanStep::Record { event, .. } => StepLabel { kernel: None, what: format!("record {event}") },
+                PlanStep::Wait { event, .. } => StepLabel { kernel: None, what: format!("wait {event}") },
+            })
+            .collect();
+        RaceDetector::new(ns, labels, plan.steps.iter().map(PlanStep::stream).collect())
+    });
+    for &i in &order {
+        let step = &plan.steps[i];
+        let s = step.stream().index();
+        let epoch = race.as_mut().map_or(0, |r| r.begin(s));
+        match step {
+            PlanStep::Launch { kernel, .. } => {
+                let k = plan
+                    .kernel(*kernel)
+                    .ok_or_else(|| backend(format!("step #{i} launches unknown kernel {kernel}")))?;
+                if let Some(r) = race.as_mut() {
+                    r.access(i, s, epoch, &kernel::accesses(k)).map_err(SimError::Race)?;
+                }
+                kernel::run(k, mem, customs)?;
+            }
+            PlanStep::Copy { src, dst, bytes, .. } => {
+                if let Some(r) = race.as_mut() {
+                    let n = (*bytes).min(src.bytes).min(dst.bytes);
+                    let acc = [
+                        (graph_plan::BufferRef { bytes: n, ..*src }, graph_plan::Access::Read),
+                        (graph_plan::BufferRef { bytes: n, ..*dst }, graph_plan::Access::Write),
+                    ];
+                    r.access(i, s, epoch, &acc).map_err(SimError::Race)?;
+                }
+                mem.copy(src, dst, *bytes).map_err(|e| backend(format!("copy at step #{i}: {e}")))?;
+            }
+            PlanStep::Record { .. } => {
+                if let Some(r) = race.as_mut() {
+                    r.record(i, s);
+                }
+            }
+            PlanStep::Wait { .. } => {
+                if let Some(r) = race.as_mut() {
+                    r.wait(s, deps[i]);
+                }
+            }
+        }
+    }
+    let mut outputs = TensorMap::new();
+    for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
+        let data = mem.bytes(&b.buffer).map_err(|e| backend(format!("output '{}': {e}", b.name)))?.to_vec();
+        outputs.insert(b.name.clone(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data });
+    }
+    Ok(outputs)
 }
 
 impl PreparedPlan for SimPrepared {

@@ -20,6 +20,7 @@ mod lower;
 pub mod pass_checks;
 pub mod plan;
 mod report;
+pub mod set;
 pub mod verify;
 
 pub use build::{
@@ -33,6 +34,7 @@ pub use plan::{
     PlanStep, Value,
 };
 pub use report::simulate_plan;
+pub use set::{verify_set, BucketSpec, Dims, PlanSet, SetError, SetOptions};
 pub use verify::{verify, Violation};
 
 /// The shared timing evaluator (event-driven simulation of streams on a device profile).

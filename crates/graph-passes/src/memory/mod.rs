@@ -46,6 +46,7 @@ use crate::target::Target;
 use model::PoolModel;
 use reach::Reach;
 use regions::{align_up, Classes};
+pub use regions::{outside_slots, OutsideSlot, SharedLayout};
 
 /// A memory region of the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -133,6 +134,9 @@ pub struct MemoryOptions {
     /// of the plain lifetimes, so the report shows what the overlap costs. Only matters with several streams.
     #[serde(default)]
     pub concurrent_lifetimes: bool,
+    /// A plan set's shared weights and io layout (`None`: this plan bumps its own regions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<SharedLayout>,
 }
 
 /// The packer's default effort for graphs: at most about 0.1 s of search, spent only where the greedy result is
@@ -150,6 +154,7 @@ impl Default for MemoryOptions {
             seed: 0,
             prefer_ordered_reuse: true,
             concurrent_lifetimes: false,
+            layout: None,
         }
     }
 }
@@ -243,7 +248,8 @@ pub fn analyse(
     let a = opts.alignment.max(1);
     // 1. Regions.
     let classes = Classes::new(graph, fusion, groups);
-    let outside = regions::place_outside_pool(graph, groups, &classes, a);
+    let outside = regions::place_outside_pool(graph, groups, &classes, a, opts.layout.as_ref())
+        .map_err(|e| PlanError::Graph(graph_ir::GraphError::InvalidOption { option: "layout".into(), detail: e }))?;
 
     // 2. The pool model, and 3. lifetimes, in-place handovers and units, in group order.
     let mut reach = Reach::new(groups, REACH_LIMIT);

@@ -6,7 +6,9 @@
 //! pool. A graph output whose bytes alias a source gets its own `Io` bytes and a copy. O(N).
 
 use graph_ir::{ComputeGraph, Op, TensorId, TensorRole};
+use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
+use std::collections::BTreeMap;
 
 use crate::fusion::FusionPlan;
 use crate::group_graph::GroupGraph;
@@ -31,22 +33,12 @@ impl Classes {
     /// The classes of `graph`'s alias groups under `fusion`.
     pub fn new(graph: &ComputeGraph, fusion: &FusionPlan, groups: &GroupGraph) -> Classes {
         let mut materialized = SecondaryMap::with_capacity(graph.num_tensors());
-        let mut has_output = SecondaryMap::new();
-        let mut to_host = SecondaryMap::new();
-        for (t, tensor) in graph.tensors() {
-            let r = groups.root(t);
+        for (t, _) in graph.tensors() {
             if fusion.is_materialized(graph, t) {
-                materialized.insert(r, ());
-            }
-            if tensor.role == TensorRole::Output {
-                has_output.insert(r, ());
-            }
-            if let Some(p) = tensor.producer {
-                if matches!(graph.node(p).op, Op::Memcpy { to: graph_ir::op::MemSpace::Host }) {
-                    to_host.insert(r, ());
-                }
+                materialized.insert(groups.root(t), ());
             }
         }
+        let (has_output, to_host) = output_classes(graph, |t| groups.root(t));
         Classes { materialized, has_output, to_host }
     }
 
@@ -72,47 +64,190 @@ pub(crate) struct Outside {
     pub output_copies: Vec<(TensorId, TensorId)>,
 }
 
-/// Place sources, io and host groups by bumping each region, aligned to `a`.
-pub(crate) fn place_outside_pool(graph: &ComputeGraph, groups: &GroupGraph, classes: &Classes, a: u64) -> Outside {
+/// What an outside-pool slot holds (the name the set layout keys it by is the tensor's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotKind {
+    /// A source (graph input, weight or constant): its alias group's root.
+    Source,
+    /// The root of an alias group holding a graph output (or a Memcpy-to-host result).
+    Root,
+    /// A graph output whose bytes alias a source: its own bytes, filled by a copy.
+    OutputCopy,
+}
+
+/// Roots of groups holding a graph output, and roots of groups written by a Memcpy to the host.
+fn output_classes(
+    graph: &ComputeGraph,
+    root: impl Fn(TensorId) -> TensorId,
+) -> (SecondaryMap<TensorId, ()>, SecondaryMap<TensorId, ()>) {
+    let mut has_output = SecondaryMap::new();
+    let mut to_host = SecondaryMap::new();
+    for (t, tensor) in graph.tensors() {
+        if tensor.role == TensorRole::Output {
+            has_output.insert(root(t), ());
+        }
+        if let Some(p) = tensor.producer {
+            if matches!(graph.node(p).op, Op::Memcpy { to: graph_ir::op::MemSpace::Host }) {
+                to_host.insert(root(t), ());
+            }
+        }
+    }
+    (has_output, to_host)
+}
+
+/// Every tensor placed outside the pool, with its region, in placement order. `root` maps a tensor to its alias
+/// root; `materialized` says whether a non-source root needs memory. One owner: the memory pass places these
+/// slots and [`outside_slots`] lists them for a plan set's shared layout.
+pub(crate) fn slots(
+    graph: &ComputeGraph,
+    root: impl Fn(TensorId) -> TensorId,
+    materialized: impl Fn(TensorId) -> bool,
+) -> Vec<(TensorId, Region, SlotKind)> {
+    let mut out = Vec::new();
+    for &t in graph.inputs().iter().chain(graph.weights()) {
+        let region = if graph.tensor(t).role == TensorRole::Input { Region::Io } else { Region::Weights };
+        out.push((t, region, SlotKind::Source));
+    }
+    let (has_output, to_host) = output_classes(graph, &root);
+    for (t, tensor) in graph.tensors() {
+        if root(t) != t || tensor.role.is_source() || !materialized(t) {
+            continue;
+        }
+        if to_host.contains_key(t) {
+            out.push((t, Region::Host, SlotKind::Root));
+        } else if has_output.contains_key(t) {
+            out.push((t, Region::Io, SlotKind::Root));
+        }
+    }
+    for &o in graph.outputs() {
+        if graph.tensor(root(o)).role.is_source() {
+            out.push((o, Region::Io, SlotKind::OutputCopy));
+        }
+    }
+    out
+}
+
+/// Place sources, io and host groups: by bumping each region, aligned to `a`, or at the offsets of a plan
+/// set's shared `layout` (weights and io; host memory is per plan and always bumped).
+pub(crate) fn place_outside_pool(
+    graph: &ComputeGraph,
+    groups: &GroupGraph,
+    classes: &Classes,
+    a: u64,
+    layout: Option<&SharedLayout>,
+) -> Result<Outside, String> {
     let mut out = Outside {
         region_bytes: [0; 4],
         root_place: SecondaryMap::new(),
         placement: SecondaryMap::with_capacity(graph.num_tensors()),
         output_copies: Vec::new(),
     };
-    let bump = |region: Region, bytes: u64, region_bytes: &mut [u64; 4]| -> u64 {
-        let off = region_bytes[region.index()];
-        region_bytes[region.index()] = off.saturating_add(align_up(bytes.max(1), a));
-        off
-    };
-    for &t in graph.inputs().iter().chain(graph.weights()) {
+    if let Some(l) = layout {
+        out.region_bytes[Region::Weights.index()] = l.weights_bytes;
+        out.region_bytes[Region::Io.index()] = l.io_bytes;
+    }
+    let slots = slots(graph, |t| groups.root(t), |r| classes.materialized.contains_key(r));
+    for (t, region, kind) in slots {
         let tensor = graph.tensor(t);
-        let region = if tensor.role == TensorRole::Input { Region::Io } else { Region::Weights };
-        let off = bump(region, tensor.size_bytes() as u64, &mut out.region_bytes);
-        out.root_place.insert(t, (region, off));
-    }
-    for (t, tensor) in graph.tensors() {
-        if groups.root(t) != t || tensor.role.is_source() || !classes.materialized.contains_key(t) {
-            continue;
-        }
-        let region = if classes.to_host.contains_key(t) {
-            Region::Host
-        } else if classes.has_output.contains_key(t) {
-            Region::Io
-        } else {
-            continue;
+        let bytes = tensor.size_bytes() as u64;
+        let off = match (layout, region) {
+            (Some(l), Region::Weights | Region::Io) => {
+                let Some(&off) = l.slot(region).get(&tensor.name) else {
+                    return Err(format!(
+                        "the shared layout has no {} slot for tensor '{}'",
+                        region.name(),
+                        tensor.name
+                    ));
+                };
+                if off.saturating_add(bytes) > out.region_bytes[region.index()] {
+                    return Err(format!(
+                        "tensor '{}' ({bytes} bytes at {off}) does not fit the shared {} region of {} bytes",
+                        tensor.name,
+                        region.name(),
+                        out.region_bytes[region.index()]
+                    ));
+                }
+                off
+            }
+            _ => {
+                let off = out.region_bytes[region.index()];
+                out.region_bytes[region.index()] = off.saturating_add(align_up(bytes.max(1), a));
+                off
+            }
         };
-        let off = bump(region, tensor.size_bytes() as u64, &mut out.region_bytes);
-        out.root_place.insert(t, (region, off));
-    }
-    for &o in graph.outputs() {
-        let r = groups.root(o);
-        if graph.tensor(r).role.is_source() {
-            let bytes = graph.tensor(o).size_bytes() as u64;
-            let off = bump(Region::Io, bytes, &mut out.region_bytes);
-            out.placement.insert(o, Placement { region: Region::Io, offset: off, bytes });
-            out.output_copies.push((r, o));
+        match kind {
+            SlotKind::Source | SlotKind::Root => {
+                out.root_place.insert(t, (region, off));
+            }
+            SlotKind::OutputCopy => {
+                out.placement.insert(t, Placement { region, offset: off, bytes });
+                out.output_copies.push((groups.root(t), t));
+            }
         }
     }
-    out
+    Ok(out)
+}
+
+/// The addresses a plan set fixes for all its members: each weight, constant, graph input and io root at one
+/// offset of the shared weights and io regions (keyed by tensor name), and those regions' sizes. A member's
+/// memory pass places its sources and outputs there instead of bumping, so a captured graph of every member
+/// sees the same weight and io addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedLayout {
+    /// Offset of each tensor of the weights region, by name.
+    pub weights: BTreeMap<String, u64>,
+    /// Offset of each tensor of the io region, by name.
+    pub io: BTreeMap<String, u64>,
+    /// Bytes of the shared weights region.
+    pub weights_bytes: u64,
+    /// Bytes of the shared io region.
+    pub io_bytes: u64,
+}
+
+impl SharedLayout {
+    /// The offsets of `region` (weights or io; empty for the others).
+    pub fn slot(&self, region: Region) -> &BTreeMap<String, u64> {
+        static EMPTY: BTreeMap<String, u64> = BTreeMap::new();
+        match region {
+            Region::Weights => &self.weights,
+            Region::Io => &self.io,
+            _ => &EMPTY,
+        }
+    }
+}
+
+/// One tensor a plan places outside the pool, as a plan set's layout needs to know it before planning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutsideSlot {
+    /// The tensor's name.
+    pub name: String,
+    /// Its region (weights, io or host).
+    pub region: Region,
+    /// Its bytes.
+    pub bytes: u64,
+    /// A constant's bytes (weights without data and inputs: `None`), so that equal constants can share a slot.
+    pub data: Option<Vec<u8>>,
+}
+
+/// The tensors a plan of `graph` places outside the pool, in placement order: what the memory pass will place
+/// (graph-level facts: sources, alias roots of outputs, copies of outputs that alias a source).
+pub fn outside_slots(graph: &ComputeGraph, order: &crate::topo::TopoOrder) -> Vec<OutsideSlot> {
+    let roots = crate::group_graph::alias_roots(graph, order);
+    // Every output root is materialised (an output always is); other non-source roots are not placed here.
+    slots(graph, |t| roots[t], |_| true)
+        .into_iter()
+        .map(|(t, region, _)| {
+            let tensor = graph.tensor(t);
+            OutsideSlot {
+                name: tensor.name.clone(),
+                region,
+                bytes: tensor.size_bytes() as u64,
+                data: if tensor.role == TensorRole::Constant {
+                    tensor.data.as_deref().map(<[u8]>::to_vec)
+                } else {
+                    None
+                },
+            }
+        })
+        .collect()
 }
