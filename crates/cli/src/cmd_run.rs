@@ -244,9 +244,6 @@ pub fn run(a: &RunArgs) -> Result<()> {
 /// bucket, or chunked with `--chunk`), and with `--check` compare its outputs with the exact plan of the
 /// request's size.
 fn run_set(a: &RunArgs) -> Result<()> {
-    if a.backend != Backend::Sim {
-        bail!("--buckets runs on --backend sim (exec-cuda's set preparation needs a GPU to be checked; see docs/buckets.md)");
-    }
     if a.trace.is_some() {
         bail!("--trace takes one plan; use --dim without --buckets");
     }
@@ -272,15 +269,22 @@ fn run_set(a: &RunArgs) -> Result<()> {
     exec_sim::fill_tensors(&exact, &mut inputs, &mut weights, a.seed);
     let sim = SimOptions { schedule: schedule(a), race_check: !a.no_race_check, poison: true };
     let exec = SimExecutor::with_options(sim);
-    let mut prepared = exec.prepare_set(&b.set, &weights)?;
     let pieces = b.set.pieces(&dims, a.chunk)?;
-    let outputs = prepared.run_request(&dims, &inputs, a.chunk)?;
+    let outputs = match a.backend {
+        Backend::Sim => exec.prepare_set(&b.set, &weights)?.run_request(&dims, &inputs, a.chunk)?,
+        Backend::Cuda => {
+            let cuda = exec_cuda::CudaExecutor::new(0);
+            cuda.availability()?;
+            cuda.prepare_set(&b.set, &weights)?.run_request(&dims, &inputs, a.chunk)?
+        }
+    };
     let ran: Vec<String> =
         pieces.iter().map(|p| graph_plan::set::dims_label(&b.set.members()[p.member].dims)).collect();
     println!(
-        "ran '{}' at {} on sim: {} piece(s) on bucket(s) {} of {}; set pool {} B",
+        "ran '{}' at {} on {}: {} piece(s) on bucket(s) {} of {}; set pool {} B",
         exact.graph_name(),
         graph_plan::set::dims_label(&dims),
+        if a.backend == Backend::Sim { "sim" } else { "cuda" },
         pieces.len(),
         ran.join(" + "),
         b.set.members().len(),

@@ -3,6 +3,7 @@
 //! Exit codes (DESIGN.md section 7): 0 on success, 1 on a user error (one line naming what was wrong), 2 on a
 //! usage error (clap's own), 3 on a planner bug (`graph_plan::InternalError`: the message names the pass).
 
+mod cmd_buckets;
 mod cmd_explain;
 mod cmd_pack;
 mod cmd_plan;
@@ -43,6 +44,8 @@ enum Command {
     Explain(cmd_explain::ExplainArgs),
     /// Pack a MiniMalloc-format CSV of buffers (`id,lower,upper,size`) into one pool; validate and report.
     Pack(cmd_pack::PackArgs),
+    /// Choose bucket sizes (`plan --buckets`) for a histogram of request sizes: exact, against powers of two.
+    Buckets(cmd_buckets::BucketsArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Synth(a) => cmd_synth::run(a),
         Command::Explain(a) => cmd_explain::run(a),
         Command::Pack(a) => cmd_pack::run(a),
+        Command::Buckets(a) => cmd_buckets::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use graph_plan::exec::check_tensors;
 use graph_plan::{
-    BindingRole, BufferRef, ExecError, ExecutionPlan, Executor, HostTensor, PlanStep, PreparedPlan, Region, TensorMap,
-    Unavailable,
+    set::Dims, BindingRole, BufferRef, ExecError, ExecutionPlan, Executor, HostTensor, PlanSet, PlanStep, PreparedPlan,
+    Region, SetError, TensorMap, Unavailable,
 };
 
 use crate::blas::Blas;
@@ -126,6 +126,18 @@ impl CudaExecutor {
     pub fn prepare_cuda(&self, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<CudaPrepared> {
         CudaPrepared::new(&self.options, plan, weights)
     }
+
+    /// Prepare a plan set once (see [`CudaPreparedSet`]): one allocation per region, one weight upload, one
+    /// captured graph per member. Needs a device, like `prepare`.
+    ///
+    /// # Errors
+    /// [`ExecError`] for missing or mismatched weights; the device's errors as [`ExecError::Backend`].
+    pub fn prepare_set(&self, set: &PlanSet, weights: &TensorMap) -> Result<CudaPreparedSet, ExecError> {
+        for m in set.members() {
+            check_tensors(&m.plan, weights, BindingRole::Weight)?;
+        }
+        CudaPreparedSet::new(&self.options, set, weights).map_err(exec_error)
+    }
 }
 
 fn exec_error(e: CudaError) -> ExecError {
@@ -189,35 +201,51 @@ pub struct PrepareInfo {
     pub eager_calls: usize,
 }
 
-/// A plan ready to run: its device resources and, in graph mode, the instantiated graph.
+/// The device resources one plan's steps need beyond the regions and streams it runs on: its kernels, cuBLAS
+/// handles, events and, in graph mode, its captured graph. A prepared plan holds one; a prepared set one per
+/// member, over the set's shared regions and streams.
 ///
-/// Fields drop in declaration order: the graph before the kernels and buffers it names, everything before the
-/// device context.
-pub struct CudaPrepared {
+/// Fields drop in declaration order: the graph before the kernels it names, the kernels before their modules.
+struct PlanResources {
     graph: Option<Graph>,
     blas: Vec<Option<Blas>>,
     kernels: Vec<Option<Kernel>>,
     _modules: Vec<Module>,
     events: Vec<Event>,
+    sources: Vec<KernelSource>,
+    inputs: Vec<(String, BufferRef)>,
+    outputs: Vec<(String, graph_plan::DType, graph_plan::Shape, BufferRef)>,
+    info: PrepareInfo,
+}
+
+/// The regions, streams and fork/join events a prepared plan or set owns, with the device context.
+///
+/// Fields drop in declaration order: everything before the device context.
+struct Shared {
     fork: Event,
     joins: Vec<Event>,
     timer: (Event, Event),
     streams: Vec<Stream>,
     regions: Vec<DeviceBuffer>,
-    sources: Vec<KernelSource>,
-    inputs: Vec<(String, BufferRef)>,
-    outputs: Vec<(String, graph_plan::DType, graph_plan::Shape, BufferRef)>,
+    device: Device,
+}
+
+/// A plan ready to run: its device resources and, in graph mode, the instantiated graph.
+///
+/// Fields drop in declaration order: the plan's resources (graph, kernels) before the buffers and streams they
+/// name, everything before the device context.
+pub struct CudaPrepared {
+    res: PlanResources,
+    shared: Shared,
     plan: ExecutionPlan,
-    info: PrepareInfo,
-    _device: Device,
 }
 
 impl std::fmt::Debug for CudaPrepared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaPrepared")
-            .field("info", &self.info)
-            .field("streams", &self.streams.len())
-            .field("regions", &self.regions)
+            .field("info", &self.res.info)
+            .field("streams", &self.shared.streams.len())
+            .field("regions", &self.shared.regions)
             .finish_non_exhaustive()
     }
 }
@@ -379,15 +407,16 @@ fn blas_handles(
     Ok(blas)
 }
 
-impl CudaPrepared {
-    fn new(options: &CudaOptions, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<Self> {
+impl Shared {
+    /// Open the device, allocate the regions (the host region as mapped pinned host memory) and create `streams`
+    /// streams with their fork/join and timing events.
+    fn open(options: &CudaOptions, sizes: [u64; 4], streams: usize) -> CudaResult<Self> {
         let device = Device::open(options.ordinal)?;
-        // Regions, in Region::ALL order; the host region is pinned host memory the device writes directly.
         let regions = Region::ALL
             .iter()
             .map(|&r| {
-                let bytes = usize::try_from(plan.region_bytes(r))
-                    .map_err(|_| CudaError::OutOfMemory { requested: usize::MAX })?;
+                let bytes =
+                    usize::try_from(sizes[r.index()]).map_err(|_| CudaError::OutOfMemory { requested: usize::MAX })?;
                 if r == Region::Host {
                     device.alloc_host_mapped(r.name(), bytes)
                 } else {
@@ -395,8 +424,15 @@ impl CudaPrepared {
                 }
             })
             .collect::<CudaResult<Vec<_>>>()?;
-        let streams = (0..plan.num_streams.max(1)).map(|_| device.stream()).collect::<CudaResult<Vec<_>>>()?;
-        let upload = &streams[0];
+        let streams = (0..streams.max(1)).map(|_| device.stream()).collect::<CudaResult<Vec<_>>>()?;
+        let fork = device.event()?;
+        let joins = streams[1..].iter().map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
+        let timer = (device.timing_event()?, device.timing_event()?);
+        Ok(Shared { fork, joins, timer, streams, regions, device })
+    }
+
+    /// Copy `plan`'s weights and constants into their ranges (on stream 0, asynchronously).
+    fn upload(&self, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<()> {
         for b in plan.bindings() {
             let data = match b.role {
                 BindingRole::Constant => b.data.as_deref(),
@@ -404,14 +440,69 @@ impl CudaPrepared {
                 _ => None,
             };
             if let Some(bytes) = data {
-                upload.copy_to_device(range(&regions, &b.name, b.buffer)?, bytes)?;
+                self.streams[0].copy_to_device(range(&self.regions, &b.name, b.buffer)?, bytes)?;
             }
         }
+        Ok(())
+    }
+
+    /// Enqueue one execution of `plan`'s steps on stream 0 without waiting: its graph launch, or every step
+    /// between a fork from and a join back to stream 0.
+    fn submit(&self, res: &PlanResources, plan: &ExecutionPlan) -> CudaResult<()> {
+        if let Some(g) = &res.graph {
+            return g.launch();
+        }
+        let n = plan.num_streams.max(1).min(self.streams.len());
+        let (main, side) = (&self.streams[0], &self.streams[1..n]);
+        fork_sides(main, side, &self.fork)?;
+        let work = res.work(plan, &self.regions);
+        let enqueued = work.enqueue(&self.streams[..n]);
+        // Join even after a failure, so that stream 0 never runs ahead of work still queued on a side stream.
+        let joined = join_sides(main, side, &self.joins[..n - 1]);
+        enqueued?;
+        joined
+    }
+
+    /// Copy the inputs in, run `plan` once, wait, and copy its outputs out.
+    fn execute(&self, res: &PlanResources, plan: &ExecutionPlan, inputs: &TensorMap) -> CudaResult<TensorMap> {
+        let main = &self.streams[0];
+        for (name, b) in &res.inputs {
+            if let Some(t) = inputs.get(name) {
+                main.copy_to_device(range(&self.regions, name, *b)?, &t.data)?;
+            }
+        }
+        self.submit(res, plan)?;
+        main.synchronize()?;
+        let mut out = TensorMap::new();
+        for (name, dtype, shape, b) in &res.outputs {
+            let r = range(&self.regions, name, *b)?;
+            let buf = region_buffer(&self.regions, name, *b)?;
+            let data = if buf.is_host() {
+                // `range` proved offset and length fit usize.
+                let offset = usize::try_from(b.offset).unwrap_or(usize::MAX);
+                buf.host_bytes(name, offset, r.len())?.to_vec()
+            } else {
+                let mut data = vec![0u8; r.len()];
+                main.copy_to_host(&mut data, r)?;
+                data
+            };
+            out.insert(name.clone(), HostTensor { dtype: *dtype, shape: shape.clone(), data });
+        }
+        Ok(out)
+    }
+}
+
+impl PlanResources {
+    /// Generate, compile and load `plan`'s kernels, create its cuBLAS handles and events over `shared`, and in
+    /// graph mode capture its steps (on the first `plan.num_streams` of the shared streams).
+    fn new(options: &CudaOptions, shared: &Shared, plan: &ExecutionPlan) -> CudaResult<Self> {
+        let (device, regions) = (&shared.device, &shared.regions);
+        let streams = &shared.streams[..plan.num_streams.max(1).min(shared.streams.len())];
         // cuBLAS: one handle per stream that runs a product; when the library cannot be loaded, the products are
         // generated kernels instead (same semantics, slower), and `info` says why.
         let mut cublas_fallback = (!options.cublas).then(|| "cuBLAS turned off in CudaOptions".to_owned());
         let mut sources = codegen::generate_all_with(plan, &CodegenOptions { cublas: options.cublas })?;
-        let blas = match blas_handles(&device, &streams, plan, &sources) {
+        let blas = match blas_handles(device, streams, plan, &sources) {
             Ok(b) => b,
             Err(e @ CudaError::CublasUnavailable { .. }) => {
                 tracing::warn!(error = %e, "cuBLAS unavailable: MatMul/Gemm run as generated kernels");
@@ -452,17 +543,11 @@ impl CudaPrepared {
             "loaded plan kernels"
         );
         let events = (0..plan.event_count).map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
-        let work = Work {
-            steps: &plan.steps,
-            sources: &sources,
-            kernels: &kernels,
-            blas: &blas,
-            events: &events,
-            regions: &regions,
-        };
+        let work =
+            Work { steps: &plan.steps, sources: &sources, kernels: &kernels, blas: &blas, events: &events, regions };
         let graph = match options.mode {
             SubmitMode::Graph => {
-                let g = capture(&device, &streams[0], &streams[1..], |streams| work.enqueue(streams))?;
+                let g = capture(device, &streams[0], &streams[1..], |streams| work.enqueue(streams))?;
                 g.upload()?;
                 Some(g)
             }
@@ -480,9 +565,6 @@ impl CudaPrepared {
             cublas_fallback,
             eager_calls: work.calls(streams.len() - 1),
         };
-        let fork = device.event()?;
-        let joins = streams[1..].iter().map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
-        let timer = (device.timing_event()?, device.timing_event()?);
         let inputs = plan
             .bindings()
             .iter()
@@ -495,86 +577,41 @@ impl CudaPrepared {
             .filter(|b| b.role == BindingRole::Output)
             .map(|b| (b.name.clone(), b.dtype, b.shape.clone(), b.buffer))
             .collect();
-        Ok(Self {
-            graph,
-            blas,
-            kernels,
-            _modules: modules,
-            events,
-            fork,
-            joins,
-            timer,
-            streams,
+        Ok(PlanResources { graph, blas, kernels, _modules: modules, events, sources, inputs, outputs, info })
+    }
+
+    /// The borrowed view of these resources that enqueues `plan`'s steps.
+    fn work<'a>(&'a self, plan: &'a ExecutionPlan, regions: &'a [DeviceBuffer]) -> Work<'a> {
+        Work {
+            steps: &plan.steps,
+            sources: &self.sources,
+            kernels: &self.kernels,
+            blas: &self.blas,
+            events: &self.events,
             regions,
-            sources,
-            inputs,
-            outputs,
-            plan: plan.clone(),
-            info,
-            _device: device,
-        })
+        }
+    }
+}
+
+impl CudaPrepared {
+    fn new(options: &CudaOptions, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<Self> {
+        let sizes = Region::ALL.map(|r| plan.region_bytes(r));
+        let shared = Shared::open(options, sizes, plan.num_streams)?;
+        shared.upload(plan, weights)?;
+        let res = PlanResources::new(options, &shared, plan)?;
+        Ok(Self { res, shared, plan: plan.clone() })
     }
 
     /// What `prepare` did.
     #[must_use]
     pub fn info(&self) -> &PrepareInfo {
-        &self.info
+        &self.res.info
     }
 
     /// The generated kernels, in plan kernel order.
     #[must_use]
     pub fn sources(&self) -> &[KernelSource] {
-        &self.sources
-    }
-
-    /// Enqueues one execution of the plan on stream 0 without waiting: a graph launch, or every step between a
-    /// fork from and a join back to stream 0.
-    fn submit(&self) -> CudaResult<()> {
-        if let Some(g) = &self.graph {
-            return g.launch();
-        }
-        let (main, side) = (&self.streams[0], &self.streams[1..]);
-        fork_sides(main, side, &self.fork)?;
-        let work = Work {
-            steps: &self.plan.steps,
-            sources: &self.sources,
-            kernels: &self.kernels,
-            blas: &self.blas,
-            events: &self.events,
-            regions: &self.regions,
-        };
-        let enqueued = work.enqueue(&self.streams);
-        // Join even after a failure, so that stream 0 never runs ahead of work still queued on a side stream.
-        let joined = join_sides(main, side, &self.joins);
-        enqueued?;
-        joined
-    }
-
-    fn execute(&mut self, inputs: &TensorMap) -> CudaResult<TensorMap> {
-        let main = &self.streams[0];
-        for (name, b) in &self.inputs {
-            if let Some(t) = inputs.get(name) {
-                main.copy_to_device(range(&self.regions, name, *b)?, &t.data)?;
-            }
-        }
-        self.submit()?;
-        main.synchronize()?;
-        let mut out = TensorMap::new();
-        for (name, dtype, shape, b) in &self.outputs {
-            let r = range(&self.regions, name, *b)?;
-            let buf = region_buffer(&self.regions, name, *b)?;
-            let data = if buf.is_host() {
-                // `range` proved offset and length fit usize.
-                let offset = usize::try_from(b.offset).unwrap_or(usize::MAX);
-                buf.host_bytes(name, offset, r.len())?.to_vec()
-            } else {
-                let mut data = vec![0u8; r.len()];
-                main.copy_to_host(&mut data, r)?;
-                data
-            };
-            out.insert(name.clone(), HostTensor { dtype: *dtype, shape: shape.clone(), data });
-        }
-        Ok(out)
+        &self.res.sources
     }
 
     /// Times `count` executions of the plan, after `warmup` untimed ones, on whatever the inputs hold (the last
@@ -587,18 +624,19 @@ impl CudaPrepared {
     /// # Errors
     /// [`CudaError::Driver`].
     pub fn time_runs(&mut self, warmup: usize, count: usize) -> CudaResult<Vec<f64>> {
-        let main = &self.streams[0];
+        let sh = &self.shared;
+        let main = &sh.streams[0];
         for _ in 0..warmup {
-            self.submit()?;
+            sh.submit(&self.res, &self.plan)?;
         }
         main.synchronize()?;
         let mut times = Vec::with_capacity(count);
         for _ in 0..count {
-            main.record(&self.timer.0)?;
-            self.submit()?;
-            main.record(&self.timer.1)?;
-            self.timer.1.synchronize()?;
-            times.push(self.timer.0.elapsed_us(&self.timer.1)?);
+            main.record(&sh.timer.0)?;
+            sh.submit(&self.res, &self.plan)?;
+            main.record(&sh.timer.1)?;
+            sh.timer.1.synchronize()?;
+            times.push(sh.timer.0.elapsed_us(&sh.timer.1)?);
         }
         Ok(times)
     }
@@ -608,13 +646,86 @@ impl CudaPrepared {
     /// # Errors
     /// As [`PreparedPlan::run`], as a [`CudaError`]; the caller's tensors are checked by `run`.
     pub fn run_cuda(&mut self, inputs: &TensorMap) -> CudaResult<TensorMap> {
-        self.execute(inputs)
+        self.shared.execute(&self.res, &self.plan, inputs)
+    }
+}
+
+/// A plan set ready to run: one device allocation per region of the set (one activation pool, the largest
+/// member's), every member's weights and constants uploaded once at their shared addresses, and each member's
+/// kernels and, in graph mode, its own CUDA graph captured at prepare over those same addresses.
+///
+/// Fields drop in declaration order: the members' resources before the shared buffers and streams.
+pub struct CudaPreparedSet {
+    members: Vec<PlanResources>,
+    shared: Shared,
+    set: PlanSet,
+}
+
+impl std::fmt::Debug for CudaPreparedSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaPreparedSet")
+            .field("members", &self.members.len())
+            .field("streams", &self.shared.streams.len())
+            .field("regions", &self.shared.regions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CudaPreparedSet {
+    fn new(options: &CudaOptions, set: &PlanSet, weights: &TensorMap) -> CudaResult<Self> {
+        let sizes = Region::ALL.map(|r| set.region_bytes(r));
+        let streams = set.members().iter().map(|m| m.plan.num_streams).max().unwrap_or(1);
+        let shared = Shared::open(options, sizes, streams)?;
+        let mut members = Vec::with_capacity(set.members().len());
+        for m in set.members() {
+            shared.upload(&m.plan, weights)?;
+            members.push(PlanResources::new(options, &shared, &m.plan)?);
+        }
+        Ok(Self { members, shared, set: set.clone() })
+    }
+
+    /// The prepared set.
+    #[must_use]
+    pub fn set(&self) -> &PlanSet {
+        &self.set
+    }
+
+    /// What `prepare` did for each member.
+    pub fn infos(&self) -> impl Iterator<Item = &PrepareInfo> + '_ {
+        self.members.iter().map(|r| &r.info)
+    }
+
+    /// Run member `i` on inputs of exactly its shapes.
+    ///
+    /// # Errors
+    /// [`CudaError`] from the driver; a member index out of range is [`CudaError::Unsupported`].
+    pub fn run_member(&mut self, i: usize, inputs: &TensorMap) -> CudaResult<TensorMap> {
+        let (Some(res), Some(m)) = (self.members.get(i), self.set.members().get(i)) else {
+            return Err(CudaError::Unsupported { kernel: "(set)".to_owned(), what: format!("no member {i}") });
+        };
+        self.shared.execute(res, &m.plan, inputs)
+    }
+
+    /// Run a request of `dims` (`PlanSet::run_with`: select, pad, run the member's graph, slice; with `chunk`,
+    /// above the largest bucket in chunks of it).
+    ///
+    /// # Errors
+    /// [`SetError`] for a request the set cannot serve; [`SetError::Exec`] wraps the device's errors.
+    pub fn run_request(&mut self, dims: &Dims, inputs: &TensorMap, chunk: bool) -> Result<TensorMap, SetError> {
+        let Self { members, shared, set } = self;
+        set.run_with(dims, inputs, chunk, |i, feed| {
+            let (Some(res), Some(m)) = (members.get(i), set.members().get(i)) else {
+                return Err(ExecError::Backend { backend: BACKEND, message: format!("no member {i}") });
+            };
+            check_tensors(&m.plan, feed, BindingRole::Input)?;
+            shared.execute(res, &m.plan, feed).map_err(exec_error)
+        })
     }
 }
 
 impl PreparedPlan for CudaPrepared {
     fn run(&mut self, inputs: &TensorMap) -> Result<TensorMap, ExecError> {
         check_tensors(&self.plan, inputs, BindingRole::Input)?;
-        self.execute(inputs).map_err(exec_error)
+        self.run_cuda(inputs).map_err(exec_error)
     }
 }

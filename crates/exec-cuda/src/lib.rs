@@ -38,6 +38,6 @@ pub use blas::{Blas, Matmul, Sgemm};
 pub use capture::{capture, Graph};
 pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind, Stream};
 pub use error::{CudaError, CudaResult};
-pub use executor::{CudaExecutor, CudaOptions, CudaPrepared, PrepareInfo, SubmitMode};
+pub use executor::{CudaExecutor, CudaOptions, CudaPrepared, CudaPreparedSet, PrepareInfo, SubmitMode};
 pub use nvrtc::{compile, CacheStats, CompileCache, CompileOptions, Ptx};
 pub use probe::{availability, cublas_availability, device_info, nvrtc_availability, DeviceInfo, NvrtcInfo};
