@@ -55,12 +55,16 @@ pub fn build(graph: &GraphArgs, flags: &SetFlags, opts: &PlanOptions, request: b
     let t0 = Instant::now();
     let mut weights = TensorMap::new();
     let set_opts = SetOptions { plan: opts.clone(), fixed, pad_safe: flags.pad_safe.clone() };
+    let mut first = true;
     let set = PlanSet::build(&spec, &set_opts, |d| {
-        let l = source.load_at(d).map_err(|e| -> graph_plan::set::LoadError { format!("{e:#}").into() })?;
-        if weights.is_empty() {
+        let err = |e: anyhow::Error| -> graph_plan::set::LoadError { format!("{e:#}").into() };
+        if std::mem::take(&mut first) {
+            // The weights' values once, with the first member.
+            let l = source.load_at(d).map_err(err)?;
             weights = l.weights;
+            return Ok(l.graph);
         }
-        Ok(l.graph)
+        source.graph_at(d).map_err(err)
     })?;
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Err(v) = verify_set(&set) {

@@ -115,26 +115,30 @@ pub fn from_bytes(
         opts.external_data_dir = dir.map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }.to_path_buf());
         let model = graph_onnx::import(&bytes, &opts).with_context(|| what.to_string())?;
         drop(bytes);
-        let mut weights = TensorMap::new();
-        for w in &model.weights {
-            weights
-                .insert(w.name.clone(), HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() });
-        }
-        let s = &model.stats;
-        let origin = format!(
-            "onnx opset {} (ir {}, producer {:?}): {} nodes, {} folded at import, {} weights with data",
-            model.opset,
-            model.ir_version,
-            model.producer,
-            s.onnx_nodes,
-            s.folded_nodes,
-            model.weights.len()
-        );
-        return Ok(Loaded { graph: model.graph, weights, origin: Some(origin) });
+        return Ok(onnx_loaded(model));
     }
     let text = String::from_utf8(bytes).with_context(|| format!("{what} is not UTF-8 text"))?;
     let graph = json_graph(&text, &dims).with_context(|| what.to_string())?;
     Ok(Loaded { graph, weights: TensorMap::new(), origin: None })
+}
+
+/// An imported ONNX model as a [`Loaded`] graph with its weights and origin line.
+fn onnx_loaded(model: graph_onnx::OnnxModel) -> Loaded {
+    let mut weights = TensorMap::new();
+    for w in &model.weights {
+        weights.insert(w.name.clone(), HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() });
+    }
+    let s = &model.stats;
+    let origin = format!(
+        "onnx opset {} (ir {}, producer {:?}): {} nodes, {} folded at import, {} weights with data",
+        model.opset,
+        model.ir_version,
+        model.producer,
+        s.onnx_nodes,
+        s.folded_nodes,
+        model.weights.len()
+    );
+    Loaded { graph: model.graph, weights, origin: Some(origin) }
 }
 
 /// A JSON graph with its symbolic extents bound by `--dim`.
@@ -150,6 +154,8 @@ pub struct Source {
     format: Format,
     what: String,
     dir: Option<std::path::PathBuf>,
+    /// An ONNX model decoded once (the members share the protobuf and initializer decoding).
+    decoded: Option<graph_onnx::DecodedModel>,
 }
 
 impl Source {
@@ -157,7 +163,7 @@ impl Source {
     pub fn read(args: &GraphArgs) -> Result<Source> {
         if args.graph == "-" {
             let bytes = read_limited(std::io::stdin().lock(), "standard input")?;
-            return Ok(Source { bytes, format: Format::Json, what: "standard input".into(), dir: None });
+            return Ok(Source { bytes, format: Format::Json, what: "standard input".into(), dir: None, decoded: None });
         }
         let path = Path::new(&args.graph);
         let file = std::fs::File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
@@ -169,17 +175,45 @@ impl Source {
         let what = format!("'{}'", path.display());
         let bytes = read_limited(file, &what)?;
         let is_onnx = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
-        Ok(Source {
-            bytes,
-            format: if is_onnx { Format::Onnx } else { Format::Json },
-            what,
-            dir: path.parent().map(Path::to_path_buf),
-        })
+        let dir = path.parent().map(|d| if d.as_os_str().is_empty() { Path::new(".") } else { d }.to_path_buf());
+        let decoded = if is_onnx {
+            let opts = graph_onnx::ImportOptions { external_data_dir: dir.clone(), ..Default::default() };
+            Some(graph_onnx::DecodedModel::decode(&bytes, &opts).with_context(|| what.clone())?)
+        } else {
+            None
+        };
+        let format = if is_onnx { Format::Onnx } else { Format::Json };
+        Ok(Source { bytes: if is_onnx { Vec::new() } else { bytes }, format, what, dir, decoded })
     }
 
-    /// The model with its symbols bound to `dims`.
+    /// The graph alone with its symbols bound to `dims` (no copy of the weights' values: a set loads every
+    /// member this way and the weights once).
+    pub fn graph_at(&self, dims: &graph_plan::Dims) -> Result<ComputeGraph> {
+        match &self.decoded {
+            Some(d) => {
+                let mut opts =
+                    graph_onnx::ImportOptions::with_dims(dims.iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>());
+                opts.external_data_dir = self.dir.clone();
+                opts.inline_folded = true;
+                Ok(d.import(&opts).with_context(|| self.what.clone())?.graph)
+            }
+            None => Ok(self.load_at(dims)?.graph),
+        }
+    }
+
+    /// The model with its symbols bound to `dims`. Folded constants stay constants whatever their size
+    /// (`ImportOptions::inline_folded`): a set's members differ in them.
     pub fn load_at(&self, dims: &graph_plan::Dims) -> Result<Loaded> {
         let dims: Vec<(String, usize)> = dims.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        from_bytes(self.bytes.clone(), self.format, dims, &self.what, self.dir.as_deref())
+        match &self.decoded {
+            Some(d) => {
+                let mut opts = graph_onnx::ImportOptions::with_dims(dims);
+                opts.external_data_dir = self.dir.clone();
+                opts.inline_folded = true;
+                let model = d.import(&opts).with_context(|| self.what.clone())?;
+                Ok(onnx_loaded(model))
+            }
+            None => from_bytes(self.bytes.clone(), self.format, dims, &self.what, self.dir.as_deref()),
+        }
     }
 }

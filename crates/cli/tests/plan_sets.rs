@@ -4,6 +4,7 @@
 //! CI runs every model's set and the numerics of the two small CNNs at every size up to the largest bucket; the
 //! ignored test runs every model at every size of `batch=1,2,4,8` (`cargo test -p cuplan --test plan_sets --
 //! --ignored`; the workspace's test profile is optimised).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers of tests
 
 use cuplan::load::{GraphArgs, Source};
 use exec_sim::{SimExecutor, SimOptions};

@@ -1,5 +1,6 @@
 //! Plan sets on the simulator: a padded (or chunked) request equals the exact plan of its size bit for bit,
 //! for every request size, on one prepared set.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers of tests
 
 use exec_sim::{SimExecutor, SimOptions};
 use graph_plan::ir::op::ConvAttrs;

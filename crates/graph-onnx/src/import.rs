@@ -32,6 +32,8 @@ pub(crate) struct Val {
     pub(crate) konst: Option<TensorValue>,
     /// The graph tensor, once created.
     pub(crate) id: Option<TensorId>,
+    /// Computed by constant folding (not an initializer of the file).
+    pub(crate) folded: bool,
 }
 
 /// What a node becomes: a graph-ir op and the positions of the ONNX inputs that are its tensor inputs.
@@ -124,12 +126,13 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
             code: input.dtype,
         })?;
         let id = imp.graph.add_input(&input.name, dtype, Shape::new(input.dims.clone()))?;
-        imp.values.insert(input.name, Val { code: input.dtype, dims: input.dims, konst: None, id: Some(id) });
+        imp.values
+            .insert(input.name, Val { code: input.dtype, dims: input.dims, konst: None, id: Some(id), folded: false });
     }
     for (name, init) in initializers {
         imp.check_declared(&name, init.dtype, &init.dims)?;
         let konst = init.value;
-        imp.values.insert(name, Val { code: init.dtype, dims: init.dims, konst, id: None });
+        imp.values.insert(name, Val { code: init.dtype, dims: init.dims, konst, id: None, folded: false });
     }
 
     for &i in &order {
@@ -198,9 +201,9 @@ impl Importer<'_> {
     /// The graph tensor of value `name`, creating it on first use: a constant (data inline in the graph) when
     /// small, a weight otherwise (data, if any, in [`OnnxModel::weights`]).
     fn materialize(&mut self, name: &str) -> Result<TensorId, OnnxError> {
-        let (code, dims, konst) = match self.values.get(name) {
+        let (code, dims, konst, folded) = match self.values.get(name) {
             Some(Val { id: Some(id), .. }) => return Ok(*id),
-            Some(v) => (v.code, v.dims.clone(), v.konst.clone()),
+            Some(v) => (v.code, v.dims.clone(), v.konst.clone(), v.folded),
             None => return Err(OnnxError::UndefinedOutput(name.to_string())),
         };
         let dtype = dtype_of(code).ok_or_else(|| OnnxError::UnsupportedDtype {
@@ -208,7 +211,12 @@ impl Importer<'_> {
             dtype: data_type::name(code),
             code,
         })?;
-        let inline_limit = self.opts.inline_constant_bytes.min(self.graph.limits().max_constant_bytes);
+        let max_constant = self.graph.limits().max_constant_bytes;
+        let inline_limit = if folded && self.opts.inline_folded {
+            max_constant
+        } else {
+            self.opts.inline_constant_bytes.min(max_constant)
+        };
         let shape = Shape::new(dims);
         let id = match konst {
             Some(k) if k.bytes.len() <= inline_limit => {
@@ -316,7 +324,7 @@ impl Importer<'_> {
             if name.is_empty() {
                 continue;
             }
-            self.define(name, Val { code: v.dtype, dims: v.dims.clone(), konst: Some(v), id: None })?;
+            self.define(name, Val { code: v.dtype, dims: v.dims.clone(), konst: Some(v), id: None, folded: true })?;
         }
         self.stats.folded_nodes += 1;
         Ok(())
@@ -419,7 +427,7 @@ impl Importer<'_> {
         for (oname, id) in out_names.iter().zip(out_ids) {
             let t = self.graph.tensor(id);
             let (code, dims) = (code_of(t.dtype), t.shape.0.clone());
-            self.define(oname, Val { code, dims, konst: None, id: Some(id) })?;
+            self.define(oname, Val { code, dims, konst: None, id: Some(id), folded: false })?;
         }
         Ok(())
     }
@@ -450,7 +458,7 @@ impl Importer<'_> {
         let node = self.node_name(name, "output");
         let out = self.graph.add_node_named(&node, Op::Identity, &[src], &[name])?[0];
         self.graph.mark_output(out)?;
-        self.values.insert(name.to_string(), Val { code, dims, konst: None, id: Some(out) });
+        self.values.insert(name.to_string(), Val { code, dims, konst: None, id: Some(out), folded: false });
         Ok(())
     }
 

@@ -59,6 +59,11 @@ pub struct ImportOptions {
     pub inline_constant_bytes: usize,
     /// Largest result constant folding may produce, in bytes (default 16 MiB).
     pub max_fold_bytes: usize,
+    /// Folded constants (values computed at import, not initializers of the file) stay graph-ir constants
+    /// whatever their size, up to the graph's constant limit (default off). Plan sets turn it on: a folded value
+    /// such as an expanded attention mask can depend on a symbolic dimension, so it must travel with each
+    /// member's plan instead of being one weight shared by every member.
+    pub inline_folded: bool,
     /// The folder that ONNX external data (`data_location = EXTERNAL`, a `location` relative to the model) is
     /// read from. [`import_file`] sets it to the model's folder when it is `None`; with `None`, [`import`]
     /// rejects external data with an error naming the tensor.
@@ -73,6 +78,7 @@ impl Default for ImportOptions {
             max_tensor_bytes: 16 << 30,
             inline_constant_bytes: 64 << 10,
             max_fold_bytes: 16 << 20,
+            inline_folded: false,
             external_data_dir: None,
         }
     }
@@ -140,6 +146,23 @@ pub struct OnnxModel {
 pub fn import(bytes: &[u8], opts: &ImportOptions) -> Result<OnnxModel, OnnxError> {
     let parsed = model::parse(bytes, opts)?;
     import::build(parsed, opts)
+}
+
+/// An ONNX model decoded once (protobuf and initializer data), to import again at other values of its symbolic
+/// dimensions without decoding again: what a plan set loads its members from.
+#[derive(Clone)]
+pub struct DecodedModel(model::Decoded);
+
+impl DecodedModel {
+    /// Decode `bytes` (the size limits and external-data folder of `opts` apply; its dims do not).
+    pub fn decode(bytes: &[u8], opts: &ImportOptions) -> Result<DecodedModel, OnnxError> {
+        model::decode(bytes, opts).map(DecodedModel)
+    }
+
+    /// Import the decoded model with `opts.dims` bound: the same result as [`import`] of the same bytes.
+    pub fn import(&self, opts: &ImportOptions) -> Result<OnnxModel, OnnxError> {
+        import::build(model::bind(self.0.clone(), opts)?, opts)
+    }
 }
 
 /// Imports an ONNX model from a file, checking its size before reading it; external data is read from the

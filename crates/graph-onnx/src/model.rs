@@ -85,6 +85,7 @@ pub(crate) fn decl_type(v: &ValueInfoProto) -> Result<DeclType, OnnxError> {
 }
 
 /// An initializer: its validated header and its data, if the file carries any.
+#[derive(Clone)]
 pub(crate) struct Initializer {
     /// The element type (ONNX code).
     pub(crate) dtype: i32,
@@ -123,6 +124,23 @@ pub(crate) struct Parsed {
 
 /// Decodes and checks everything but the operators.
 pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxError> {
+    bind(decode(bytes, opts)?, opts)
+}
+
+/// A model decoded once: the protobuf, its default opset, and its initializers (their data shared, not
+/// copied, by clones), before any symbolic dim is bound. What [`bind`] turns into a [`Parsed`] model at given
+/// dims, as often as a plan set needs.
+#[derive(Clone)]
+pub(crate) struct Decoded {
+    opset: i64,
+    producer: String,
+    ir_version: i64,
+    graph: GraphProto,
+    initializers: Vec<(String, Initializer)>,
+}
+
+/// Decodes the protobuf and the initializers (the part of parsing that does not depend on `opts.dims`).
+pub(crate) fn decode(bytes: &[u8], opts: &ImportOptions) -> Result<Decoded, OnnxError> {
     use prost::Message;
     if bytes.len() as u64 > opts.max_file_bytes {
         return Err(OnnxError::FileTooLarge { bytes: bytes.len() as u64, limit: opts.max_file_bytes });
@@ -144,6 +162,12 @@ pub(crate) fn parse(bytes: &[u8], opts: &ImportOptions) -> Result<Parsed, OnnxEr
         let value = data.map(|d| TensorValue::new(h.dtype, h.dims.clone(), d));
         initializers.push((name, Initializer { dtype: h.dtype, dims: h.dims, value }));
     }
+    Ok(Decoded { opset, producer, ir_version, graph, initializers })
+}
+
+/// Binds `opts.dims` and checks the rest of the structure (inputs, declared types, a topological order).
+pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, OnnxError> {
+    let Decoded { opset, producer, ir_version, mut graph, initializers } = decoded;
     let mut seen: HashMap<&str, String> = HashMap::new();
     for (name, _) in &initializers {
         if let Some(first) = seen.insert(name, "an initializer".to_string()) {

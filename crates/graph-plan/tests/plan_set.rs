@@ -1,5 +1,6 @@
 //! Plan sets: shared layout, padding analysis, select/pieces, verify_set and the typed errors of bad specs and
 //! requests, on small graphs built at given dims.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers of tests
 
 use graph_ir::{ComputeGraph, DType, Op};
 use graph_plan::set::{dims_label, BucketSpec, Dims, LoadError, SetError, SetOptions};

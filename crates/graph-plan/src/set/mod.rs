@@ -128,6 +128,8 @@ impl PlanSet {
         for d in &dims {
             graphs.push(load(d).map_err(|source| SetError::Load { dims: dims_label(d), source })?);
         }
+        // Weights are supplied once by name for every member, so none may change with the symbols.
+        check_weights(&dims, &graphs)?;
         // A symbol with one bucket gets a probe one above it, to see which axes it moves.
         let mut probes: Vec<(Dims, ComputeGraph)> = Vec::new();
         for s in &spec.symbols {
@@ -448,6 +450,38 @@ impl PlanSet {
 
 fn names(spec: &BucketSpec) -> String {
     spec.names().collect::<Vec<_>>().join(", ")
+}
+
+/// Every weight (a tensor whose values the caller supplies by name) has one dtype and shape in every member.
+fn check_weights(dims: &[Dims], graphs: &[ComputeGraph]) -> Result<(), SetError> {
+    let Some(first) = graphs.first() else { return Ok(()) };
+    for (d, g) in dims.iter().zip(graphs).skip(1) {
+        for &t in g.weights() {
+            let w = g.tensor(t);
+            if w.role != graph_ir::TensorRole::Weight {
+                continue;
+            }
+            let other = first.tensor_id(&w.name).map(|id| first.tensor(id));
+            if other.is_none_or(|o| o.shape != w.shape || o.dtype != w.dtype || o.role != w.role) {
+                return Err(SetError::VaryingWeight {
+                    name: w.name.clone(),
+                    dims: dims_label(d),
+                    detail: match other {
+                        Some(o) => format!(
+                            "{} {} here, {} {} at {}",
+                            w.dtype.name(),
+                            w.shape,
+                            o.dtype.name(),
+                            o.shape,
+                            dims_label(&dims[0])
+                        ),
+                        None => format!("absent at {}", dims_label(&dims[0])),
+                    },
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when some tensor's shape differs between the two graphs (tensors matched by name).

@@ -160,6 +160,17 @@ pub enum SetError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A weight whose shape changes with the symbols: one value by name cannot serve every member (a loader
+    /// should keep such values constants of each member's graph).
+    #[error("weight '{name}' changes with the buckets ({detail}, at {dims}): one value cannot serve every member")]
+    VaryingWeight {
+        /// The weight.
+        name: String,
+        /// The member where it differs.
+        dims: String,
+        /// How it differs.
+        detail: String,
+    },
     /// Planning a member failed.
     #[error("planning the bucket {dims}: {source}")]
     Member {
