@@ -178,6 +178,43 @@ pub fn plan_timing(plan: &ExecutionPlan) -> Result<TimingReport> {
     exec_sim::simulate(plan, &TimingOptions::for_plan(plan)).context("timing model of the plan")
 }
 
+/// The dynamic-batch models (`models/dynamic/`, symbol `batch`) the plan-set benches use.
+pub const DYNAMIC_MODELS: [&str; 4] = ["bert_base", "googlenet", "mobilenet_v2", "resnet50"];
+
+/// The bytes of dynamic model `name` in `models/dynamic/`; `Ok(None)` when the file is absent.
+pub fn dynamic_model_bytes(name: &str) -> Result<Option<Vec<u8>>> {
+    let p = models_dir().join("dynamic").join(format!("{name}.onnx"));
+    if !p.is_file() {
+        return Ok(None);
+    }
+    Ok(Some(std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?))
+}
+
+/// Import options of a set's members: `batch` bound, folded constants kept as constants (as the CLI does).
+fn member_import(b: usize) -> graph_onnx::ImportOptions {
+    let mut o = graph_onnx::ImportOptions::with_dims([("batch", b)]);
+    o.inline_folded = true;
+    o
+}
+
+/// One plan as a standalone user makes it: decode and import the model at `batch`, then build.
+pub fn one_plan(bytes: &[u8], batch: usize, opts: &graph_plan::PlanOptions) -> Result<ExecutionPlan> {
+    let model = graph_onnx::import(bytes, &member_import(batch))?;
+    Ok(ExecutionPlan::build_with(&model.graph, opts)?)
+}
+
+/// A plan set over `batch` = `buckets`, from the model's bytes: decoded once, imported per member.
+pub fn plan_set(bytes: &[u8], buckets: &[usize], opts: &graph_plan::PlanOptions) -> Result<graph_plan::PlanSet> {
+    let decoded = graph_onnx::DecodedModel::decode(bytes, &graph_onnx::ImportOptions::default())?;
+    let list: Vec<String> = buckets.iter().map(ToString::to_string).collect();
+    let spec = graph_plan::BucketSpec::parse(&[format!("batch={}", list.join(","))])?;
+    let set_opts = graph_plan::SetOptions { plan: opts.clone(), ..Default::default() };
+    Ok(graph_plan::PlanSet::build(&spec, &set_opts, |d| {
+        let b = d.get("batch").copied().unwrap_or(1);
+        Ok(decoded.import(&member_import(b)).map_err(Box::new)?.graph)
+    })?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

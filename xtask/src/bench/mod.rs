@@ -12,6 +12,7 @@ pub mod measure;
 pub mod ort;
 pub mod plot;
 pub mod report;
+pub mod sets;
 pub mod stats;
 
 use anyhow::{Context, Result};
@@ -253,6 +254,10 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
         let g = graph_ir::synth::random_dag(200, 3, seed)?;
         r.orders.push(measure::order_row(&format!("random_dag 200 seed {seed}"), &g, &sizes.small)?);
     }
+
+    // Plan sets of the dynamic models.
+    p.say("plan sets of the dynamic models");
+    r.sets = sets::measure(&sizes.small)?;
 
     r.duration_s = started.elapsed().as_secs_f64();
     r.cpu_s = clock::cpu_ns().map(|ns| ns as f64 / 1e9);

@@ -118,6 +118,8 @@ pub struct Report {
     pub packs: Vec<PackRow>,
     /// Memory-aware ordering against the given order.
     pub orders: Vec<OrderRow>,
+    /// Dynamic models planned as sets of buckets.
+    pub sets: Vec<super::sets::SetRow>,
     /// Other remarks.
     pub notes: Vec<String>,
     /// Seconds the run took.
@@ -639,6 +641,8 @@ pub fn markdown(r: &Report) -> String {
         s.push_str(&md_table(&ORDER_HEADER, &[Align::Left], &rows));
         s.push('\n');
     }
+
+    super::sets::section(&mut s, &r.sets);
 
     // Plots.
     let _ = writeln!(s, "## Plots\n");
