@@ -31,7 +31,7 @@ pub struct ExplainArgs {
     #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
     format: ExplainFormat,
     #[command(flatten)]
-    set: crate::cmd_set::SetFlags,
+    set: cuplan::set::SetFlags,
 }
 
 /// Run `explain`.
@@ -39,7 +39,7 @@ pub fn run(a: &ExplainArgs) -> Result<()> {
     if a.set.active() {
         // The set: its members' figures, shared layout and padding analysis (JSON: the set's report).
         let opts = a.flags.options()?;
-        let b = crate::cmd_set::build(&a.graph, &a.set, &opts, false)?;
+        let b = cuplan::set::build(&a.graph, &a.set, &opts, false)?;
         let out = match a.format {
             ExplainFormat::Json => serde_json::to_string_pretty(&cuplan::report::set_report(&b.set, b.compile_ms))?,
             ExplainFormat::Text | ExplainFormat::Markdown => b.set.to_string(),

@@ -101,7 +101,7 @@ pub struct PlanArgs {
     #[arg(long, value_name = "PASS")]
     stop_after: Option<String>,
     #[command(flatten)]
-    set: crate::cmd_set::SetFlags,
+    set: cuplan::set::SetFlags,
 }
 
 /// Build a plan and verify it; returns it with the build time in milliseconds.
@@ -207,7 +207,7 @@ fn run_set(a: &PlanArgs) -> Result<()> {
     }
     let opts = a.flags.options()?;
     let progress = crate::viz::Progress::spinner("planning the set");
-    let b = crate::cmd_set::build(&a.graph, &a.set, &opts, false)?;
+    let b = cuplan::set::build(&a.graph, &a.set, &opts, false)?;
     progress.finish();
     let out = if a.report {
         serde_json::to_string_pretty(&cuplan::report::set_report(&b.set, b.compile_ms))?

@@ -67,7 +67,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     #[command(flatten)]
-    set: crate::cmd_set::SetFlags,
+    set: cuplan::set::SetFlags,
     /// With --buckets: run a request above the largest bucket in chunks of it (along a symbol that is safe to
     /// pad, whose axis every input and output carries alone).
     #[arg(long)]
@@ -248,10 +248,10 @@ fn run_set(a: &RunArgs) -> Result<()> {
         bail!("--trace takes one plan; use --dim without --buckets");
     }
     let opts = a.flags.options()?;
-    let mut b = crate::cmd_set::build(&a.graph, &a.set, &opts, true)?;
-    let dims = crate::cmd_set::request(&a.graph, &b.set)?;
+    let mut b = cuplan::set::build(&a.graph, &a.set, &opts, true)?;
+    let dims = cuplan::set::request(&a.graph, &b.set)?;
     // The exact graph of the request: its inputs' shapes, seeded values, and the reference for --check.
-    let exact_graph = crate::cmd_set::exact_graph(&b, &dims)?;
+    let exact_graph = cuplan::set::exact_graph(&b, &dims)?;
     let exact = ExecutionPlan::build_with(&exact_graph, &opts)?;
     if let Err(v) = verify(&exact) {
         bail!(

@@ -5,4 +5,5 @@
 
 pub mod load;
 pub mod report;
+pub mod set;
 pub mod viz;

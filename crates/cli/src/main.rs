@@ -8,7 +8,6 @@ mod cmd_explain;
 mod cmd_pack;
 mod cmd_plan;
 mod cmd_run;
-mod cmd_set;
 mod cmd_synth;
 mod cmd_validate;
 mod tensors_io;

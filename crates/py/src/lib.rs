@@ -586,12 +586,177 @@ impl Simulator {
     }
 }
 
+/// Plan `source` (a model path) for every bucket of `buckets` (`{"batch": [1, 2, 4, 8]}`, or a grid over two
+/// symbols) as one set sharing a pool, a weight upload and io addresses (the CLI's `plan --buckets`).
+/// `dims` fixes the model's other symbols; `pad_safe` names symbols the caller marks safe to pad.
+#[pyfunction]
+#[pyo3(signature = (source, buckets, dims = None, streams = 1, fusion = true, reuse = true, order = "given", device = "h200", pad_safe = None))]
+#[allow(clippy::too_many_arguments)]
+fn plan_set(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    buckets: &Bound<'_, PyDict>,
+    dims: Option<&Bound<'_, PyDict>>,
+    streams: i64,
+    fusion: bool,
+    reuse: bool,
+    order: &str,
+    device: &str,
+    pad_safe: Option<Vec<String>>,
+) -> PyResult<PlanSet> {
+    let opts = plan_options(streams, fusion, reuse, false, order, device)?;
+    let path: std::path::PathBuf = source
+        .extract()
+        .map_err(|_| GraphError::new_err("plan_set: expected a model path (str or os.PathLike)".to_string()))?;
+    let Some(graph) = path.to_str().map(str::to_string) else {
+        return Err(GraphError::new_err(format!("'{}': the path is not valid UTF-8", path.display())));
+    };
+    let graph = if graph == "-" { "./-".to_string() } else { graph };
+    let mut lists = Vec::with_capacity(buckets.len());
+    for (k, v) in buckets.iter() {
+        let name: String = k.extract().map_err(|_| PlanError::new_err(format!("buckets: key {k} is not a string")))?;
+        let values: Vec<i128> = v
+            .extract()
+            .map_err(|_| PlanError::new_err(format!("--buckets {name}: expected a list of integers")))?;
+        let values: Vec<String> = values.iter().map(ToString::to_string).collect();
+        lists.push(format!("{name}={}", values.join(",")));
+    }
+    let args = GraphArgs { graph, dims: dim_args(dims)? };
+    let flags = cuplan::set::SetFlags { buckets: lists, pad_safe: pad_safe.unwrap_or_default() };
+    let built = py.detach(|| cuplan::set::build(&args, &flags, &opts, false)).map_err(|e| plan_err(e.as_ref()))?;
+    Ok(PlanSet { set: Arc::new(built.set), weights: Arc::new(built.weights), compile_ms: built.compile_ms })
+}
+
+/// Plans of one model for several buckets sharing one layout; `run` serves a request of any covered size.
+#[pyclass(module = "cuplan", frozen)]
+struct PlanSet {
+    set: Arc<graph_plan::PlanSet>,
+    weights: Arc<TensorMap>,
+    compile_ms: f64,
+}
+
+/// `dims` as the set's request: symbol name -> value.
+fn request_dims(dims: &Bound<'_, PyDict>) -> PyResult<graph_plan::Dims> {
+    let mut out = graph_plan::Dims::new();
+    for (k, v) in dims.iter() {
+        let name: String = k.extract().map_err(|_| RunError::new_err(format!("dims: key {k} is not a string")))?;
+        let value: usize = v
+            .extract()
+            .map_err(|_| RunError::new_err(format!("dims {name:?}: expected a non-negative integer")))?;
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl PlanSet {
+    /// The members' dims, in order (row-major over the bucketed symbols).
+    #[getter]
+    fn members(&self) -> Vec<std::collections::BTreeMap<String, usize>> {
+        self.set.members().iter().map(|m| m.dims.clone()).collect()
+    }
+
+    /// Bytes of the set's activation pool (its largest member's).
+    #[getter]
+    fn pool_bytes(&self) -> u64 {
+        self.set.pool_bytes()
+    }
+
+    /// What separate plans' pools would cost together.
+    #[getter]
+    fn sum_pool_bytes(&self) -> u64 {
+        self.set.sum_pool_bytes()
+    }
+
+    /// The set's figures as a dict: the same object as `cuplan plan --buckets ... --report`.
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let text = serde_json::to_string(&cuplan::report::set_report(&self.set, self.compile_ms))
+            .map_err(|e| plan_err(&e))?;
+        json_to_py(py, &text)
+    }
+
+    /// The member a request of `dims` runs on (its dims), or the CLI's error for a request the set cannot serve.
+    fn select(&self, dims: &Bound<'_, PyDict>) -> PyResult<std::collections::BTreeMap<String, usize>> {
+        let i = self.set.select(&request_dims(dims)?).map_err(|e| RunError::new_err(one_line(&e)))?;
+        Ok(self.set.members()[i].dims.clone())
+    }
+
+    /// The set as JSON (every member's whole plan).
+    fn to_json(&self) -> String {
+        self.set.to_json()
+    }
+
+    /// Run a request of `dims` on the simulator: `inputs` (name -> numpy array, every graph input at the
+    /// request's shape) padded into the smallest covering bucket, outputs sliced back; `chunk` runs a request
+    /// above the largest bucket in chunks of it. Weights not in the model file get seeded values (`seed`).
+    #[pyo3(signature = (inputs, dims, chunk = false, schedule = "submission", seed = 0, race_check = true))]
+    #[allow(clippy::too_many_arguments)]
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: &Bound<'py, PyDict>,
+        dims: &Bound<'py, PyDict>,
+        chunk: bool,
+        schedule: &str,
+        seed: u64,
+        race_check: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let schedule = match schedule {
+            "submission" => Schedule::Submission,
+            "random" => Schedule::Random { seed },
+            other => return Err(RunError::new_err(format!("--schedule {other:?}: expected submission or random"))),
+        };
+        let dims = request_dims(dims)?;
+        let mut ins = TensorMap::new();
+        for (k, v) in inputs.iter() {
+            let name: String =
+                k.extract().map_err(|_| RunError::new_err(format!("inputs: key {k} is not a string")))?;
+            let Some(t) = self.set.io().iter().find(|t| t.input && t.name == name) else {
+                return Err(RunError::new_err(format!("'{name}' is not an input of the graph")));
+            };
+            let dtype = self
+                .set
+                .members()
+                .first()
+                .and_then(|m| m.plan.bindings().iter().find(|b| b.name == t.name))
+                .map(|b| b.dtype)
+                .ok_or_else(|| RunError::new_err(format!("'{name}' has no binding")))?;
+            ins.insert(name.clone(), host_tensor(py, &name, &v, dtype)?);
+        }
+        let (set, weights) = (Arc::clone(&self.set), Arc::clone(&self.weights));
+        let outputs = py
+            .detach(move || {
+                // Weights do not change with the buckets: seed the missing ones once, from the largest member.
+                let mut weights = (*weights).clone();
+                if let Some(m) = set.members().last() {
+                    exec_sim::fill_tensors(&m.plan, &mut TensorMap::new(), &mut weights, seed);
+                }
+                let exec = SimExecutor::with_options(SimOptions { schedule, race_check, poison: true });
+                let mut prepared = exec.prepare_set(&set, &weights).map_err(|e| one_line(&e))?;
+                prepared.run_request(&dims, &ins, chunk).map_err(|e| one_line(&e))
+            })
+            .map_err(RunError::new_err)?;
+        let out = PyDict::new(py);
+        for (name, t) in outputs {
+            out.set_item(PyString::new(py, &name), to_numpy(py, t)?)?;
+        }
+        Ok(out)
+    }
+
+    fn __repr__(&self) -> String {
+        let name = self.set.members().first().map_or("", |m| m.plan.graph_name());
+        format!("<cuplan.PlanSet '{name}': {} members, pool {} B>", self.set.members().len(), self.set.pool_bytes())
+    }
+}
+
 /// The extension module `cuplan._cuplan` (re-exported by the `cuplan` package).
 #[pymodule]
 fn _cuplan(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_set, m)?)?;
+    m.add_class::<PlanSet>()?;
     m.add_class::<Graph>()?;
     m.add_class::<Plan>()?;
     m.add_class::<Simulator>()?;

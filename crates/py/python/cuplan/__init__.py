@@ -16,11 +16,13 @@ from ._cuplan import (
     GraphError,
     Plan,
     PlanError,
+    PlanSet,
     RunError,
     Simulator,
     __version__,
     load,
     plan,
+    plan_set,
 )
 
 __all__ = [
@@ -29,9 +31,11 @@ __all__ = [
     "GraphError",
     "Plan",
     "PlanError",
+    "PlanSet",
     "RunError",
     "Simulator",
     "__version__",
     "load",
     "plan",
+    "plan_set",
 ]

@@ -1,7 +1,7 @@
 """Type stubs of the extension module ``cuplan._cuplan`` (re-exported by ``cuplan``)."""
 
 import os
-from typing import Any, Dict, List, Literal, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -110,3 +110,47 @@ class Simulator:
         Arrays keep their dtype (float32, float16, int64, int32, int8, uint8, bool; bfloat16 travels as
         float32); a mismatch with the graph raises ``RunError``.
         """
+
+def plan_set(
+    source: Union[str, "os.PathLike[str]"],
+    buckets: Mapping[str, Sequence[int]],
+    dims: Optional[Mapping[str, int]] = None,
+    streams: int = 1,
+    fusion: bool = True,
+    reuse: bool = True,
+    order: Literal["given", "memory"] = "given",
+    device: Literal["h200", "small"] = "h200",
+    pad_safe: Optional[Sequence[str]] = None,
+) -> PlanSet:
+    """Plan a model for every bucket (``{"batch": [1, 2, 4, 8]}``, or a grid over two symbols) as one set
+    sharing a pool, a weight upload and io addresses (``cuplan plan --buckets``). Raises ``PlanError``."""
+
+class PlanSet:
+    """Plans of one model for several buckets sharing one layout (docs/buckets.md)."""
+
+    @property
+    def members(self) -> List[Dict[str, int]]:
+        """Each member's dims, row-major over the bucketed symbols."""
+    @property
+    def pool_bytes(self) -> int:
+        """The set's activation pool: its largest member's."""
+    @property
+    def sum_pool_bytes(self) -> int:
+        """What separate plans' pools would cost together."""
+    def report(self) -> Dict[str, Any]:
+        """The figures of ``cuplan plan --buckets ... --report``, with the same keys."""
+    def select(self, dims: Mapping[str, int]) -> Dict[str, int]:
+        """The member a request of ``dims`` runs on; ``RunError`` when the set cannot serve it."""
+    def to_json(self) -> str: ...
+    def run(
+        self,
+        inputs: Mapping[str, npt.ArrayLike],
+        dims: Mapping[str, int],
+        chunk: bool = False,
+        schedule: Literal["submission", "random"] = "submission",
+        seed: int = 0,
+        race_check: bool = True,
+    ) -> Dict[str, np.ndarray]:
+        """Run a request of ``dims`` on the simulator: inputs at the request's shapes are padded into the
+        smallest covering bucket and the outputs sliced back; ``chunk`` splits a request above the largest
+        bucket. Raises ``RunError``."""
