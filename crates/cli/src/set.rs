@@ -53,19 +53,21 @@ pub fn build(graph: &GraphArgs, flags: &SetFlags, opts: &PlanOptions, request: b
     }
     let source = Source::read(graph)?;
     let t0 = Instant::now();
-    let mut weights = TensorMap::new();
+    let weights = std::sync::Mutex::new(None::<TensorMap>);
     let set_opts = SetOptions { plan: opts.clone(), fixed, pad_safe: flags.pad_safe.clone() };
-    let mut first = true;
     let set = PlanSet::build(&spec, &set_opts, |d| {
         let err = |e: anyhow::Error| -> graph_plan::set::LoadError { format!("{e:#}").into() };
-        if std::mem::take(&mut first) {
-            // The weights' values once, with the first member.
+        // The weights' values once, with the first member to load (they do not change with the buckets).
+        let mut w = weights.lock().map_err(|_| -> graph_plan::set::LoadError { "a loader panicked".into() })?;
+        if w.is_none() {
             let l = source.load_at(d).map_err(err)?;
-            weights = l.weights;
+            *w = Some(l.weights);
             return Ok(l.graph);
         }
+        drop(w);
         source.graph_at(d).map_err(err)
     })?;
+    let weights = weights.into_inner().ok().flatten().unwrap_or_default();
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     if let Err(v) = verify_set(&set) {
         let first: Vec<String> = v.iter().take(3).map(ToString::to_string).collect();

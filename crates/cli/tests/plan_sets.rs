@@ -24,12 +24,10 @@ fn batch(b: usize) -> Dims {
 }
 
 fn build(src: &Source, buckets: &str, opts: &PlanOptions) -> (PlanSet, TensorMap) {
-    let mut weights = TensorMap::new();
+    let weights = src.load_at(&batch(1)).unwrap().weights;
     let spec = BucketSpec::parse(&[buckets]).unwrap();
     let set = PlanSet::build(&spec, &SetOptions { plan: opts.clone(), ..Default::default() }, |d| {
-        let l = src.load_at(d).map_err(|e| format!("{e:#}"))?;
-        weights = l.weights;
-        Ok(l.graph)
+        Ok(src.graph_at(d).map_err(|e| format!("{e:#}"))?)
     })
     .unwrap();
     verify_set(&set).unwrap();

@@ -615,9 +615,8 @@ fn plan_set(
     let mut lists = Vec::with_capacity(buckets.len());
     for (k, v) in buckets.iter() {
         let name: String = k.extract().map_err(|_| PlanError::new_err(format!("buckets: key {k} is not a string")))?;
-        let values: Vec<i128> = v
-            .extract()
-            .map_err(|_| PlanError::new_err(format!("--buckets {name}: expected a list of integers")))?;
+        let values: Vec<i128> =
+            v.extract().map_err(|_| PlanError::new_err(format!("--buckets {name}: expected a list of integers")))?;
         let values: Vec<String> = values.iter().map(ToString::to_string).collect();
         lists.push(format!("{name}={}", values.join(",")));
     }
@@ -640,9 +639,8 @@ fn request_dims(dims: &Bound<'_, PyDict>) -> PyResult<graph_plan::Dims> {
     let mut out = graph_plan::Dims::new();
     for (k, v) in dims.iter() {
         let name: String = k.extract().map_err(|_| RunError::new_err(format!("dims: key {k} is not a string")))?;
-        let value: usize = v
-            .extract()
-            .map_err(|_| RunError::new_err(format!("dims {name:?}: expected a non-negative integer")))?;
+        let value: usize =
+            v.extract().map_err(|_| RunError::new_err(format!("dims {name:?}: expected a non-negative integer")))?;
         out.insert(name, value);
     }
     Ok(out)
@@ -670,8 +668,8 @@ impl PlanSet {
 
     /// The set's figures as a dict: the same object as `cuplan plan --buckets ... --report`.
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let text = serde_json::to_string(&cuplan::report::set_report(&self.set, self.compile_ms))
-            .map_err(|e| plan_err(&e))?;
+        let text =
+            serde_json::to_string(&cuplan::report::set_report(&self.set, self.compile_ms)).map_err(|e| plan_err(&e))?;
         json_to_py(py, &text)
     }
 

@@ -19,6 +19,7 @@ mod spec;
 
 use graph_ir::ComputeGraph;
 use graph_passes::memory::{outside_slots, Region, SharedLayout};
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -102,7 +103,7 @@ impl PlanSet {
     pub fn build(
         spec: &BucketSpec,
         opts: &SetOptions,
-        mut load: impl FnMut(&Dims) -> Result<ComputeGraph, LoadError>,
+        load: impl Fn(&Dims) -> Result<ComputeGraph, LoadError> + Sync,
     ) -> Result<PlanSet, SetError> {
         let _span = tracing::info_span!("plan_set").entered();
         let t0 = Instant::now();
@@ -124,10 +125,11 @@ impl PlanSet {
             }
         }
         let dims = spec.members(&opts.fixed);
-        let mut graphs = Vec::with_capacity(dims.len());
-        for d in &dims {
-            graphs.push(load(d).map_err(|source| SetError::Load { dims: dims_label(d), source })?);
-        }
+        // Members load (and later plan) in parallel: they share nothing but the read-only model.
+        let graphs: Vec<ComputeGraph> = dims
+            .par_iter()
+            .map(|d| load(d).map_err(|source| SetError::Load { dims: dims_label(d), source }))
+            .collect::<Result<_, _>>()?;
         // Weights are supplied once by name for every member, so none may change with the symbols.
         check_weights(&dims, &graphs)?;
         // A symbol with one bucket gets a probe one above it, to see which axes it moves.
