@@ -399,12 +399,13 @@ impl CudaPrepared {
         let upload = &streams[0];
         for b in plan.bindings() {
             let data = match b.role {
-                BindingRole::Constant => b.data.as_deref(),
-                BindingRole::Weight => weights.get(&b.name).map(|t| t.data.as_slice()),
+                BindingRole::Constant => b.data.as_deref().map(std::borrow::Cow::Borrowed),
+                // A half weight supplied in f32 is converted here, once (graph_plan::exec::weight_bytes).
+                BindingRole::Weight => weights.get(&b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
                 _ => None,
             };
             if let Some(bytes) = data {
-                upload.copy_to_device(range(&regions, &b.name, b.buffer)?, bytes)?;
+                upload.copy_to_device(range(&regions, &b.name, b.buffer)?, &bytes)?;
             }
         }
         // cuBLAS: one handle per stream that runs a product; when the library cannot be loaded, the products are

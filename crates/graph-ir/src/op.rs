@@ -463,6 +463,9 @@ impl Op {
         }
     }
 
+    /// Every op's name ([`Op::name`]), for options that name ops by type (e.g. `--keep-f32`).
+    pub const NAMES: [&'static str; 61] = ["Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf", "Gelu", "Silu", "HardSwish", "HardSigmoid", "Floor", "Ceil", "Not", "Clip", "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Where", "MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "Softmax", "LayerNormalization", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Slice", "Concat", "Gather", "Expand", "Pad", "Split", "Memcpy", "Custom"];
+
     /// The op's name as in ONNX (`"Conv"`, `"Add"`, ...).
     pub fn name(&self) -> &'static str {
         use Op::*;
