@@ -22,7 +22,8 @@ mod linalg;
 pub mod math;
 mod ops;
 pub mod race;
-pub mod reference_check;
+pub mod precision_check;
+mod reference_check;
 pub mod schedule;
 pub mod timing;
 pub mod trace;
@@ -41,6 +42,7 @@ pub use race::{RaceAccess, RaceReport};
 pub use reference_check::{
     check, check_plans, compare, fill_tensors, CheckError, CheckOptions, CheckReport, OutputComparison,
 };
+pub use precision_check::{check_precision, inputs_for, PrecisionCheck, PrecisionOutput};
 pub use schedule::Schedule;
 pub use timing::{simulate, LaunchMode, StepTiming, TimingError, TimingOptions, TimingReport};
 pub use trace::{chrome_trace, chrome_trace_json};

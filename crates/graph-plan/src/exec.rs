@@ -242,6 +242,12 @@ pub fn weight_bytes<'a>(b: &Binding, t: &'a HostTensor) -> Cow<'a, [u8]> {
     }
 }
 
+/// Little-endian f32 bytes as f16 or bf16 bytes, rounded to nearest even (the numeric rule of
+/// `graph_passes::precision`; other dtypes: the bytes unchanged).
+pub fn f32_to_half_bytes(bytes: &[u8], to: DType) -> Vec<u8> {
+    graph_passes::precision::convert_f32_bytes(bytes, to)
+}
+
 /// Check that `map` supplies every binding of `role` with the right dtype and shape (a half weight may come in
 /// f32: [`weight_bytes`] converts it).
 pub fn check_tensors(plan: &ExecutionPlan, map: &TensorMap, role: BindingRole) -> Result<(), ExecError> {
