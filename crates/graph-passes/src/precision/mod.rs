@@ -18,9 +18,10 @@
 //! 3. `softmax-input` is on the list and the node is an elementwise op on the chain (through views and
 //!    elementwise ops) that computes a Softmax's input ([`PrecisionRule::SoftmaxInput`]): attention logits grow
 //!    past f16's 65504 before the Softmax normalises them;
-//! 4. it is an anchor (MatMul, Gemm, Conv, pools) reading a graph input kept in f32 ([`PrecisionRule::InputBoundary`]):
-//!    an anchor accepts no fused prologue, so a cast there would be a launch of its own; the anchor reads the
-//!    input as it is, and its output is cast in its epilogue instead.
+//! 4. it is an anchor (MatMul, Gemm, Conv, pools) reading a graph input kept in f32, or a weight that stays f32
+//!    because an f32 kernel reads it too ([`PrecisionRule::AnchorReadsF32`]): an anchor accepts no fused
+//!    prologue, so a cast there would be a launch of its own; the anchor reads the tensor as it is, and its
+//!    output is cast in its epilogue instead. (This and the weights' dtypes are iterated to a fixpoint.)
 //!
 //! Every other convertible node computes in the policy's half type ([`PrecisionRule::Default`]). Views and
 //! copies follow their input's dtype; custom kernels and non-convertible nodes keep their declared dtypes.
@@ -32,8 +33,8 @@
 //! A tensor read in another dtype than it is stored in gets a `Cast` node:
 //! - narrowing (f32 -> half) a value some kernel produces: one cast right after the producer, shared by every
 //!   half reader; the fusion pass takes it into the producer's kernel as an epilogue;
-//! - narrowing a graph input (no producer kernel): one cast per reader, which joins the reader's loop or row
-//!   kernel as a producer (anchors never read one, by rule 4);
+//! - narrowing a graph input or weight (no producer kernel): one cast per reader, which joins the reader's loop
+//!   or row kernel as a producer (anchors never read one, by rule 4);
 //! - widening (half -> f32) into an anchor: one shared cast after the producer (an epilogue again);
 //! - widening into any other op: one cast per reader, fused into the reader's kernel (elementwise producers
 //!   join loop and row kernels).
@@ -308,10 +309,11 @@ pub enum PrecisionRule {
         /// The Softmax node.
         softmax: String,
     },
-    /// Kept in f32: an anchor reading a graph input kept in f32 (a cast before it would launch alone).
-    InputBoundary {
-        /// The graph input.
-        input: String,
+    /// Kept in f32: an anchor reading a graph input or weight that stays f32 (a cast before it would launch
+    /// alone).
+    AnchorReadsF32 {
+        /// The graph input or weight.
+        tensor: String,
     },
     /// A view or copy: stores what its input stores.
     FollowsInput,
@@ -328,7 +330,7 @@ impl fmt::Display for PrecisionRule {
             PrecisionRule::KeepOp { op } => write!(f, "keep-f32 op {op}"),
             PrecisionRule::KeepPattern { pattern } => write!(f, "keep-f32 pattern re:{pattern}"),
             PrecisionRule::SoftmaxInput { softmax } => write!(f, "softmax-input of {softmax}"),
-            PrecisionRule::InputBoundary { input } => write!(f, "anchor reads f32 graph input {input}"),
+            PrecisionRule::AnchorReadsF32 { tensor } => write!(f, "anchor reads f32 source {tensor}"),
             PrecisionRule::FollowsInput => f.write_str("view/copy follows its input"),
             PrecisionRule::AsDeclared => f.write_str("as declared (not an all-f32 kernel)"),
             PrecisionRule::InsertedCast => f.write_str("inserted cast"),
@@ -443,18 +445,40 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
     if c.softmax_input {
         mark_softmax_inputs(graph, &order, &mut decision);
     }
-    if !policy.io_half {
+    // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
+    // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
+    let convert_io = policy.io_half && half != DType::F32;
+    let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
+        let readers = kernel_readers(graph, t);
+        half != DType::F32
+            && graph.tensor(t).dtype == DType::F32
+            && !readers.is_empty()
+            && readers.iter().all(|&r| decision[r].0 == Want::Is(half))
+    };
+    loop {
+        let mut changed = false;
         for &n in &order {
             let node = graph.node(n);
             if decision[n].0 != Want::Is(half) || half == DType::F32 || node.op.category() != OpCategory::Anchor {
                 continue;
             }
-            let input = node.inputs.iter().map(|&t| source_through_views(graph, t)).find(|&s| {
-                graph.tensor(s).role == TensorRole::Input && graph.tensor(s).dtype == DType::F32
+            let f32_source = node.inputs.iter().map(|&t| source_through_views(graph, t)).find(|&s| {
+                let t = graph.tensor(s);
+                t.dtype == DType::F32
+                    && match t.role {
+                        TensorRole::Input => !convert_io,
+                        TensorRole::Weight | TensorRole::Constant => !weight_half(&decision, s),
+                        _ => false,
+                    }
             });
-            if let Some(s) = input {
-                decision[n] = (Want::Is(DType::F32), PrecisionRule::InputBoundary { input: graph.tensor(s).name.clone() });
+            if let Some(s) = f32_source {
+                let tensor = graph.tensor(s).name.clone();
+                decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor });
+                changed = true;
             }
+        }
+        if !changed {
+            break;
         }
     }
 
@@ -462,7 +486,6 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
     let mut out = ComputeGraph::with_limits(graph.name(), graph.limits());
     let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
     let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
-    let convert_io = policy.io_half && half != DType::F32;
     for &t in graph.inputs() {
         let tensor = graph.tensor(t);
         let dtype = if convert_io && tensor.dtype == DType::F32 { half } else { tensor.dtype };
@@ -470,11 +493,7 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
     }
     for &t in graph.weights() {
         let tensor = graph.tensor(t);
-        let readers = kernel_readers(graph, t);
-        let to_half = half != DType::F32
-            && tensor.dtype == DType::F32
-            && !readers.is_empty()
-            && readers.iter().all(|&r| decision[r].0 == Want::Is(half));
+        let to_half = weight_half(&decision, t);
         let dtype = if to_half { half } else { tensor.dtype };
         report.sources_converted += usize::from(to_half);
         let id = match (&tensor.role, &tensor.data) {
