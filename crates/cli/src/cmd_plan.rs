@@ -2,10 +2,10 @@
 
 use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
+use graph_passes::precision::{parse_keep_f32, Precision, PrecisionError, PrecisionPolicy};
 use graph_plan::{
     run_pipeline, verify, DeviceProfile, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError, PlanOptions,
 };
-use graph_passes::precision::{parse_keep_f32, Precision, PrecisionError, PrecisionPolicy};
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -7,9 +7,9 @@ use graph_plan::{verify, BindingRole, ExecutionPlan, Executor, HostTensor, PlanO
 use std::path::PathBuf;
 
 use crate::cmd_plan::PlanFlags;
-use graph_passes::precision::Precision;
 use crate::load::{load, GraphArgs};
 use crate::tensors_io;
+use graph_passes::precision::Precision;
 
 /// Which backend runs the plan.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,19 +207,25 @@ pub fn run(a: &RunArgs) -> Result<()> {
     let tolerance = a.tolerance.unwrap_or(half_tolerance);
     if a.check && !opts.precision.is_identity() {
         if a.backend == Backend::Cuda {
-            bail!("--check with --precision {} compares simulated plans; run it with --backend sim", opts.precision.precision);
+            bail!(
+                "--check with --precision {} compares simulated plans; run it with --backend sim",
+                opts.precision.precision
+            );
         }
         let c = exec_sim::check_precision(&loaded.graph, &opts, &inputs, &weights, a.check_inputs, a.seed, tolerance)?;
         print_precision_check(&c, opts.precision.precision);
         if !c.passed {
-            bail!("--check: the {} plan is not within {:e} of the f32 reference plan", opts.precision.precision, tolerance);
+            bail!(
+                "--check: the {} plan is not within {:e} of the f32 reference plan",
+                opts.precision.precision,
+                tolerance
+            );
         }
         return Ok(());
     }
     if a.check {
         let reference = ExecutionPlan::build_with(&loaded.graph, &PlanOptions::reference())?;
-        let copts =
-            CheckOptions { schedule: schedule(a), race_check: !a.no_race_check, tolerance, seed: a.seed };
+        let copts = CheckOptions { schedule: schedule(a), race_check: !a.no_race_check, tolerance, seed: a.seed };
         let report = match a.backend {
             Backend::Sim => exec_sim::check_plans(&reference, &plan, &inputs, &weights, &copts)?,
             Backend::Cuda => {

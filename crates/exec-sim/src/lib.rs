@@ -21,8 +21,8 @@ mod kernel;
 mod linalg;
 pub mod math;
 mod ops;
-pub mod race;
 pub mod precision_check;
+pub mod race;
 mod reference_check;
 pub mod schedule;
 pub mod timing;
@@ -38,11 +38,11 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use kernel::CustomFn;
+pub use precision_check::{check_precision, inputs_for, PrecisionCheck, PrecisionOutput};
 pub use race::{RaceAccess, RaceReport};
 pub use reference_check::{
     check, check_plans, compare, fill_tensors, CheckError, CheckOptions, CheckReport, OutputComparison,
 };
-pub use precision_check::{check_precision, inputs_for, PrecisionCheck, PrecisionOutput};
 pub use schedule::Schedule;
 pub use timing::{simulate, LaunchMode, StepTiming, TimingError, TimingOptions, TimingReport};
 pub use trace::{chrome_trace, chrome_trace_json};
@@ -235,9 +235,15 @@ impl SimPrepared {
                 let v = k.value(p.value);
                 let Ok(bytes) = self.mem.bytes(&p.buffer) else { continue };
                 let bad = match v.dtype {
-                    graph_plan::DType::F32 => bytes.chunks_exact(4).any(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
-                    graph_plan::DType::F16 => bytes.chunks_exact(2).any(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite()),
-                    graph_plan::DType::BF16 => bytes.chunks_exact(2).any(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite()),
+                    graph_plan::DType::F32 => {
+                        bytes.chunks_exact(4).any(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+                    }
+                    graph_plan::DType::F16 => {
+                        bytes.chunks_exact(2).any(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite())
+                    }
+                    graph_plan::DType::BF16 => {
+                        bytes.chunks_exact(2).any(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite())
+                    }
                     _ => false,
                 };
                 if bad {

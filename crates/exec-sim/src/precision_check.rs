@@ -89,8 +89,10 @@ pub fn check_precision(
     fill_tensors(&reference, &mut first, &mut weights, seed);
     let exec = SimExecutor::with_options(SimOptions::default());
     let run_err = |which: &'static str| move |source| CheckError::Run { which, source };
-    let prep = |p: &ExecutionPlan, which: &'static str| exec.prepare_sim(p, &weights).map_err(|e| run_err(which)(e.into()));
-    let (mut r, mut h, mut hr) = (prep(&reference, "reference")?, prep(&half, "optimised")?, prep(&half_ref, "half reference")?);
+    let prep =
+        |p: &ExecutionPlan, which: &'static str| exec.prepare_sim(p, &weights).map_err(|e| run_err(which)(e.into()));
+    let (mut r, mut h, mut hr) =
+        (prep(&reference, "reference")?, prep(&half, "optimised")?, prep(&half_ref, "half reference")?);
     let mut outputs: Vec<PrecisionOutput> = Vec::new();
     let mut overflow = None;
     for i in 0..seeds.max(1) {
@@ -127,8 +129,7 @@ pub fn check_precision(
             }
         }
     }
-    let passed =
-        overflow.is_none() && outputs.iter().all(|o| o.non_finite == 0 && o.max_rel_err <= tolerance);
+    let passed = overflow.is_none() && outputs.iter().all(|o| o.non_finite == 0 && o.max_rel_err <= tolerance);
     Ok(PrecisionCheck { seeds: seeds.max(1), tolerance, outputs, overflow, passed })
 }
 
@@ -143,6 +144,7 @@ fn classifier_top1(want: &HostTensor, got: &HostTensor) -> Option<(usize, usize)
         v.iter().enumerate().fold((0usize, f64::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0
     };
     let rows = d[0];
-    let agree = (0..rows).filter(|&r| argmax(&w[r * d[1]..(r + 1) * d[1]]) == argmax(&g[r * d[1]..(r + 1) * d[1]])).count();
+    let agree =
+        (0..rows).filter(|&r| argmax(&w[r * d[1]..(r + 1) * d[1]]) == argmax(&g[r * d[1]..(r + 1) * d[1]])).count();
     Some((agree, rows))
 }

@@ -17,8 +17,7 @@ fn n1(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorId {
 }
 
 fn opts(precision: Precision, keep: &str) -> PlanOptions {
-    let mut o = PlanOptions::default();
-    o.precision = PrecisionPolicy::new(precision);
+    let mut o = PlanOptions { precision: PrecisionPolicy::new(precision), ..PlanOptions::default() };
     o.precision.keep_f32 = parse_keep_f32(keep).unwrap();
     o
 }
@@ -175,8 +174,7 @@ fn hostile_keep_lists_are_typed_errors() {
         assert_eq!(parse_keep_f32(n).unwrap(), vec![KeepEntry::Op(n.to_string())]);
     }
     // A policy built in code is checked by the transform too, and planning returns the typed option error.
-    let mut o = PlanOptions::default();
-    o.precision = PrecisionPolicy::new(Precision::Fp16);
+    let mut o = PlanOptions { precision: PrecisionPolicy::new(Precision::Fp16), ..PlanOptions::default() };
     o.precision.keep_f32 = vec![KeepEntry::Pattern("[".into())];
     let e = ExecutionPlan::build_with(&mlp_with_layernorm(), &o).unwrap_err();
     assert!(e.to_string().contains("malformed pattern 're:['"), "{e}");

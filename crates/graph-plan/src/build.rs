@@ -546,8 +546,7 @@ impl ExecutionPlan {
         let lowered = clock.run(Pass::Lower, || crate::lower::lower(graph, fusion, groups, mem, device))?;
         let steps = clock.run(Pass::Emit, || crate::emit::emit(graph, fusion, mem, streams, &lowered))?;
         let mut plan = ExecutionPlan::assemble(graph, mem, streams, lowered, steps, device.clone());
-        let facts =
-            crate::report::Facts {
+        let facts = crate::report::Facts {
             groups,
             memory: mem,
             streams,

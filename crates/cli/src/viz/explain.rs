@@ -303,7 +303,13 @@ pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Expl
         makespan_ratio: ratio(t.makespan_us, t.bound_us),
         stream_busy_us: t.stream_busy_us,
     };
-    Ok(Explain { graph: plan.graph_name().to_string(), steps, summary, fusion: fusion_section(fusion), precision: None })
+    Ok(Explain {
+        graph: plan.graph_name().to_string(),
+        steps,
+        summary,
+        fusion: fusion_section(fusion),
+        precision: None,
+    })
 }
 
 fn us(v: Option<f64>) -> String {

@@ -38,6 +38,7 @@
 //! - widening (half -> f32) into an anchor: one shared cast after the producer (an epilogue again);
 //! - widening into any other op: one cast per reader, fused into the reader's kernel (elementwise producers
 //!   join loop and row kernels).
+//!
 //! A graph output whose producer computes in half gets a final cast to its declared dtype, fused as an epilogue.
 //!
 //! # Complexity
@@ -241,16 +242,6 @@ pub enum PrecisionError {
         /// The whole list.
         list: String,
     },
-    /// A backend that cannot store or compute in this precision.
-    #[error("precision {precision} is not supported by backend '{backend}': {reason}")]
-    Unsupported {
-        /// The precision asked for.
-        precision: Precision,
-        /// The backend.
-        backend: String,
-        /// Why (e.g. the device's compute capability).
-        reason: String,
-    },
 }
 
 impl From<PrecisionError> for GraphError {
@@ -418,7 +409,10 @@ enum Want {
 }
 
 /// Rewrite `graph` under `policy`; the input is untouched. With `Fp32` the result is a copy of the graph.
-pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(ComputeGraph, PrecisionReport), GraphError> {
+pub fn transform(
+    graph: &ComputeGraph,
+    policy: &PrecisionPolicy,
+) -> Result<(ComputeGraph, PrecisionReport), GraphError> {
     let _span = tracing::debug_span!("precision").entered();
     let c = compile(policy)?;
     let half = policy.precision.dtype();
@@ -448,8 +442,10 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
     // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
     // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
     let convert_io = policy.io_half && half != DType::F32;
+    let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
+        graph.weights().iter().map(|&w| (w, kernel_readers(graph, w))).collect();
     let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
-        let readers = kernel_readers(graph, t);
+        let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
         half != DType::F32
             && graph.tensor(t).dtype == DType::F32
             && !readers.is_empty()
@@ -560,10 +556,13 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
             (Op::Cast { to: DType::F32 }, Want::Is(d)) => Op::Cast { to: d },
             (op, _) => op.clone(),
         };
-        let specs = {
+        // Output dtypes are needed before the node exists only where it writes a graph output.
+        let specs = if node.outputs.iter().any(|o| outputs.contains(o)) {
             let s: Vec<(DType, &graph_ir::Shape)> =
                 ins.iter().map(|&t| (out.tensor(t).dtype, &out.tensor(t).shape)).collect();
             infer(&op, &s).ok()
+        } else {
+            None
         };
         // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
         let mut onames: Vec<String> = Vec::with_capacity(node.outputs.len());
@@ -571,8 +570,7 @@ pub fn transform(graph: &ComputeGraph, policy: &PrecisionPolicy) -> Result<(Comp
         for (i, &o) in node.outputs.iter().enumerate() {
             let tensor = graph.tensor(o);
             let got = specs.as_ref().and_then(|s| s.get(i)).map_or(tensor.dtype, |s| s.dtype);
-            let declared =
-                if convert_io && tensor.dtype == DType::F32 && got == half { half } else { tensor.dtype };
+            let declared = if convert_io && tensor.dtype == DType::F32 && got == half { half } else { tensor.dtype };
             if outputs.contains(&o) && got != declared {
                 onames.push(names.fresh(&format!("{}.{got}", tensor.name)));
                 needs_cast.push((i, declared));
@@ -670,7 +668,11 @@ fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
 }
 
 /// Rule 3: every convertible elementwise node on the chain that computes a Softmax's input stays in f32.
-fn mark_softmax_inputs(graph: &ComputeGraph, order: &[NodeId], decision: &mut SecondaryMap<NodeId, (Want, PrecisionRule)>) {
+fn mark_softmax_inputs(
+    graph: &ComputeGraph,
+    order: &[NodeId],
+    decision: &mut SecondaryMap<NodeId, (Want, PrecisionRule)>,
+) {
     let mut seen: HashSet<NodeId> = HashSet::new();
     for &s in order {
         let node = graph.node(s);
