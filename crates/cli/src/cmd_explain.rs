@@ -53,9 +53,11 @@ pub fn run(a: &ExplainArgs) -> Result<()> {
     progress.set_message("planning");
     let (plan, _) = build_checked(&g, &opts)?;
     // The fusion decisions: the same pipeline, stopped after fusion (cheap next to the whole build).
-    let fusion = run_pipeline(&g, &opts, Some(Pass::Fusion))?.fusion.context("the pipeline stopped before fusion")?;
+    let r = run_pipeline(&g, &opts, Some(Pass::Fusion))?;
+    let fusion = r.fusion.context("the pipeline stopped before fusion")?;
     progress.set_message("simulating");
-    let e = explain::explain(&plan, &fusion)?;
+    let mut e = explain::explain(&plan, &fusion)?;
+    e.precision = r.precision.as_ref().map(|p| explain::PrecisionSection::new(p, &plan));
     progress.finish();
     let out = match a.format {
         ExplainFormat::Text => explain::render_text(&e),

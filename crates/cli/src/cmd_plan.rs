@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
+use graph_passes::precision::{parse_keep_f32, Precision, PrecisionError, PrecisionPolicy};
 use graph_plan::{
     run_pipeline, verify, DeviceProfile, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError, PlanOptions,
 };
@@ -51,9 +52,39 @@ pub struct PlanFlags {
     /// Topological order: given or memory.
     #[arg(long, value_enum, default_value_t = Order::Given)]
     pub order: Order,
+    /// Storage precision: fp32 (as declared), fp16 or bf16 (half storage, f32 compute; docs/precision.md).
+    #[arg(long, default_value = "fp32", value_name = "fp32|fp16|bf16")]
+    pub precision: String,
+    /// What stays in f32 under fp16/bf16, replacing the default list: comma-separated op types
+    /// (LayerNormalization), node-name patterns (`re:.*attn.*`), `softmax-input`, `default`; or `none`.
+    #[arg(long, value_name = "LIST")]
+    pub keep_f32: Option<String>,
+    /// Graph inputs and outputs: `declared` keeps their dtype, `half` stores them in the plan's precision too.
+    #[arg(long, value_enum, default_value_t = IoPrecision::Declared)]
+    pub io_precision: IoPrecision,
+}
+
+/// `--io-precision`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoPrecision {
+    /// Graph inputs and outputs keep their declared dtype (casts at the boundary, fused).
+    Declared,
+    /// Graph inputs and outputs are stored in the plan's precision.
+    Half,
 }
 
 impl PlanFlags {
+    /// The precision policy of `--precision`, `--keep-f32` and `--io-precision` (typed errors for an unknown
+    /// precision, op type or a malformed pattern).
+    pub fn policy(&self) -> Result<PrecisionPolicy, PrecisionError> {
+        let mut p = PrecisionPolicy::new(Precision::parse(&self.precision)?);
+        if let Some(list) = &self.keep_f32 {
+            p.keep_f32 = parse_keep_f32(list)?;
+        }
+        p.io_half = self.io_precision == IoPrecision::Half;
+        Ok(p)
+    }
+
     /// The plan options these flags select.
     pub fn options(&self) -> Result<PlanOptions> {
         let Some(device) = DeviceProfile::by_name(&self.device) else {
@@ -68,6 +99,7 @@ impl PlanFlags {
             Order::Given => OrderStrategy::Given,
             Order::Memory => OrderStrategy::Memory,
         };
+        o.precision = self.policy()?;
         o.validate()?;
         Ok(o)
     }
@@ -140,7 +172,8 @@ fn stopped_pipeline(g: &ComputeGraph, opts: &PlanOptions, name: &str) -> Result<
         "stopped_after": pass.name(),
         "pass_ms": pass_ms,
         "order": order,
-        "topo": r.topo.order.iter().map(|&n| g.node(n).name.clone()).collect::<Vec<_>>(),
+        "topo": r.topo.order.iter().map(|&n| r.graph(g).node(n).name.clone()).collect::<Vec<_>>(),
+        "precision": r.precision,
         "fusion": r.fusion,
         "memory": r.memory,
         "stream": r.stream,
@@ -184,7 +217,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
     }
     if a.explain_fusion {
         let r = run_pipeline(&g, &opts, Some(Pass::Fusion))?;
-        let text = crate::viz::explain::fusion_text(&g, r.fusion.as_ref().context("no fusion plan")?);
+        let text = crate::viz::explain::fusion_text(r.graph(&g), r.fusion.as_ref().context("no fusion plan")?);
         if a.report || a.format == Format::Json {
             eprint!("{text}");
         } else {

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use crate::cmd_plan::PlanFlags;
 use crate::load::{load, GraphArgs};
 use crate::tensors_io;
+use graph_passes::precision::Precision;
 
 /// Which backend runs the plan.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,9 +58,13 @@ pub struct RunArgs {
     /// mismatch.
     #[arg(long)]
     check: bool,
-    /// Relative tolerance of `--check` for floating-point outputs (relative to each output's magnitude).
-    #[arg(long, default_value_t = 1e-5)]
-    tolerance: f64,
+    /// Relative tolerance of `--check` for floating-point outputs (relative to each output's magnitude); default
+    /// 1e-5, or 1e-2 with `--precision fp16` and 5e-2 with bf16.
+    #[arg(long)]
+    tolerance: Option<f64>,
+    /// With `--check` and `--precision fp16|bf16`: how many seeded inputs to compare (seeds SEED, SEED+1, ...).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    check_inputs: usize,
     /// Turn the simulator's race detector off.
     #[arg(long)]
     no_race_check: bool,
@@ -150,7 +155,15 @@ pub fn run(a: &RunArgs) -> Result<()> {
         split_supplied(&plan, tensors_io::read(p)?, &mut inputs, &mut weights)
             .with_context(|| format!("'{}'", p.display()))?;
     }
-    exec_sim::fill_tensors(&plan, &mut inputs, &mut weights, a.seed);
+    // A half-precision plan's tensors are filled as the f32 graph declares them (weights are converted at
+    // prepare, inputs by `inputs_for`), so that `--check` compares both plans on the same values.
+    let f32_plan = if opts.precision.is_identity() {
+        None
+    } else {
+        Some(ExecutionPlan::build_with(&loaded.graph, &PlanOptions::reference())?)
+    };
+    exec_sim::fill_tensors(f32_plan.as_ref().unwrap_or(&plan), &mut inputs, &mut weights, a.seed);
+    let plan_inputs = exec_sim::inputs_for(&plan, &inputs);
 
     let outputs = match a.backend {
         Backend::Sim => {
@@ -160,13 +173,13 @@ pub fn run(a: &RunArgs) -> Result<()> {
                 poison: true,
             });
             let mut prepared = exec.prepare_sim(&plan, &weights)?;
-            prepared.run_sim(&inputs)?
+            prepared.run_sim(&plan_inputs)?
         }
         Backend::Cuda => {
             let exec = exec_cuda::CudaExecutor::new(0);
             exec.availability()?;
             let mut prepared = exec.prepare(&plan, &weights)?;
-            prepared.run(&inputs)?
+            prepared.run(&plan_inputs)?
         }
     };
     println!(
@@ -198,10 +211,33 @@ pub fn run(a: &RunArgs) -> Result<()> {
             p.display()
         );
     }
+    let half_tolerance = match opts.precision.precision {
+        Precision::Fp16 => 1e-2,
+        Precision::Bf16 => 5e-2,
+        Precision::Fp32 => 1e-5,
+    };
+    let tolerance = a.tolerance.unwrap_or(half_tolerance);
+    if a.check && !opts.precision.is_identity() {
+        if a.backend == Backend::Cuda {
+            bail!(
+                "--check with --precision {} compares simulated plans; run it with --backend sim",
+                opts.precision.precision
+            );
+        }
+        let c = exec_sim::check_precision(&loaded.graph, &opts, &inputs, &weights, a.check_inputs, a.seed, tolerance)?;
+        print_precision_check(&c, opts.precision.precision);
+        if !c.passed {
+            bail!(
+                "--check: the {} plan is not within {:e} of the f32 reference plan",
+                opts.precision.precision,
+                tolerance
+            );
+        }
+        return Ok(());
+    }
     if a.check {
         let reference = ExecutionPlan::build_with(&loaded.graph, &PlanOptions::reference())?;
-        let copts =
-            CheckOptions { schedule: schedule(a), race_check: !a.no_race_check, tolerance: a.tolerance, seed: a.seed };
+        let copts = CheckOptions { schedule: schedule(a), race_check: !a.no_race_check, tolerance, seed: a.seed };
         let report = match a.backend {
             Backend::Sim => exec_sim::check_plans(&reference, &plan, &inputs, &weights, &copts)?,
             Backend::Cuda => {
@@ -210,12 +246,12 @@ pub fn run(a: &RunArgs) -> Result<()> {
                 let want = exec_sim::run_plan(&exec, &reference, &weights, &inputs)?;
                 let outs: Vec<_> = want
                     .iter()
-                    .filter_map(|(n, w)| outputs.get(n).map(|g| exec_sim::compare(n, w, g, a.tolerance)))
+                    .filter_map(|(n, w)| outputs.get(n).map(|g| exec_sim::compare(n, w, g, tolerance)))
                     .collect();
                 exec_sim::CheckReport {
                     passed: outs.len() == want.len() && outs.iter().all(|o| o.passed),
                     outputs: outs,
-                    tolerance: a.tolerance,
+                    tolerance,
                     reference_launches: reference.kernel_count_fused,
                     optimised_launches: plan.kernel_count_fused,
                     optimised_streams: plan.num_streams,
@@ -297,11 +333,13 @@ fn run_set(a: &RunArgs) -> Result<()> {
         tensors_io::write(p, &outputs)?;
     }
     if a.check {
+        // The exact plan has the set's options (precision included): the padded run should equal it bit for bit.
+        let tolerance = a.tolerance.unwrap_or(1e-5);
         let want = exec_sim::run_plan(&exec, &exact, &weights, &inputs)?;
         println!(
             "check against the exact plan at {} (tolerance {:e} relative):",
             graph_plan::set::dims_label(&dims),
-            a.tolerance
+            tolerance
         );
         let mut passed = want.len() == outputs.len();
         for (n, w) in &want {
@@ -310,7 +348,7 @@ fn run_set(a: &RunArgs) -> Result<()> {
                 passed = false;
                 continue;
             };
-            let o = exec_sim::compare(n, w, g, a.tolerance);
+            let o = exec_sim::compare(n, w, g, tolerance);
             passed &= o.passed;
             println!(
                 "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
@@ -326,4 +364,28 @@ fn run_set(a: &RunArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The `--check` lines of a half-precision run.
+fn print_precision_check(c: &exec_sim::PrecisionCheck, p: Precision) {
+    println!(
+        "check {p} against the f32 reference plan over {} seeded input(s) (tolerance {:e} relative to each output's max magnitude):",
+        c.seeds, c.tolerance
+    );
+    for o in &c.outputs {
+        let ok = o.max_rel_err <= c.tolerance && o.non_finite == 0;
+        let top1 = o.top1.map_or(String::new(), |(agree, rows)| format!(", top-1 agreement {agree}/{rows}"));
+        let nf = if o.non_finite > 0 { format!(", {} non-finite", o.non_finite) } else { String::new() };
+        println!(
+            "  {} {}: max abs err {:.3e}, max rel err {:.3e}{top1}{nf}",
+            if ok { "ok  " } else { "FAIL" },
+            o.name,
+            o.max_abs_err,
+            o.max_rel_err
+        );
+    }
+    match &c.overflow {
+        None => println!("  overflow: none (no inf/NaN in any tensor of the {p} reference plan)"),
+        Some((node, tensor)) => println!("  overflow: node '{node}' is the first to write inf/NaN (tensor '{tensor}')"),
+    }
 }

@@ -435,12 +435,13 @@ impl Shared {
     fn upload(&self, plan: &ExecutionPlan, weights: &TensorMap) -> CudaResult<()> {
         for b in plan.bindings() {
             let data = match b.role {
-                BindingRole::Constant => b.data.as_deref(),
-                BindingRole::Weight => weights.get(&b.name).map(|t| t.data.as_slice()),
+                BindingRole::Constant => b.data.as_deref().map(std::borrow::Cow::Borrowed),
+                // A half weight supplied in f32 is converted here, once (graph_plan::exec::weight_bytes).
+                BindingRole::Weight => weights.get(&b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
                 _ => None,
             };
             if let Some(bytes) = data {
-                self.streams[0].copy_to_device(range(&self.regions, &b.name, b.buffer)?, bytes)?;
+                self.streams[0].copy_to_device(range(&self.regions, &b.name, b.buffer)?, &bytes)?;
             }
         }
         Ok(())

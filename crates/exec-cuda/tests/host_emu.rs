@@ -421,6 +421,27 @@ fn fused_plans_match_reference_plans() {
     differential("fused_plans_match_reference_plans", &graphs, &optimised, 1e-4);
 }
 
+/// Half precision through generated kernels: f16 and bf16 storage (the PRELUDE's `f2h`/`f2bf` conversions,
+/// rounding after every op as exec-sim does), fused plans against their unfused reference plans, and the
+/// kernels really store half values.
+#[test]
+fn half_precision_plans_match_their_reference_plans() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let graphs = [synth::transformer(1, 8, 2, 4, 1).unwrap(), synth::resnet_like(1, 2, 6).unwrap()];
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let mut o = PlanOptions::with_streams(2);
+        o.fusion.caps = codegen::fusion_caps();
+        o.precision = PrecisionPolicy::new(p);
+        let Some(runs) = differential("half_precision_plans_match_their_reference_plans", &graphs, &o, 1e-4) else {
+            return;
+        };
+        for r in &runs {
+            let halves = r.plan.kernels().iter().flat_map(|k| &k.values).filter(|v| v.dtype == p.dtype()).count();
+            assert!(halves > 0, "{} {}: no {} value in any kernel", r.graph, r.tag, p.dtype());
+        }
+    }
+}
+
 /// One graph's plan as the differential tests run it: its name, the plan's tag, the plan and its kernels.
 struct DiffRun {
     graph: String,
@@ -440,6 +461,8 @@ fn differential(test: &str, graphs: &[ComputeGraph], opts: &PlanOptions, tol: f3
     };
     let mut reference = PlanOptions::reference();
     reference.fusion.caps = codegen::fusion_caps();
+    // A half-precision plan's reference is the unfused plan of the same rewritten graph.
+    reference.precision = opts.precision.clone();
     let mut runs = Vec::new();
     for g in graphs {
         for (tag, o) in [("ref", &reference), ("opt", opts)] {

@@ -21,8 +21,9 @@ mod kernel;
 mod linalg;
 pub mod math;
 mod ops;
+pub mod precision_check;
 pub mod race;
-pub mod reference_check;
+mod reference_check;
 pub mod schedule;
 pub mod timing;
 pub mod trace;
@@ -38,6 +39,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use kernel::CustomFn;
+pub use precision_check::{check_precision, inputs_for, PrecisionCheck, PrecisionOutput};
 pub use race::{RaceAccess, RaceReport};
 pub use reference_check::{
     check, check_plans, compare, fill_tensors, CheckError, CheckOptions, CheckReport, OutputComparison,
@@ -182,8 +184,8 @@ impl SimExecutor {
         }
         for b in plan.bindings() {
             let data = match b.role {
-                BindingRole::Weight => weights.get(&b.name).map(|t| t.data.as_slice()),
-                BindingRole::Constant => b.data.as_deref(),
+                BindingRole::Weight => weights.get(&b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
+                BindingRole::Constant => b.data.as_deref().map(std::borrow::Cow::Borrowed),
                 _ => continue,
             };
             let Some(data) = data else {
@@ -201,7 +203,7 @@ impl SimExecutor {
                     got: format!("{} bytes", data.len()),
                 });
             }
-            dst.copy_from_slice(data);
+            dst.copy_from_slice(&data);
         }
         Ok(())
     }
@@ -286,6 +288,41 @@ impl SimPrepared {
     /// Change the schedule, race check or poisoning for later runs.
     pub fn set_options(&mut self, options: SimOptions) {
         self.options = options;
+    }
+
+    /// The first launch, in submission order, that wrote a non-finite float (inf or NaN) in the last run, as
+    /// (node, tensor): the overflow report of `cuplan run --check`. Exact on plans without memory reuse (the
+    /// reference options), where every buffer still holds what its writer wrote when the run ends.
+    pub fn first_non_finite(&self) -> Option<(String, String)> {
+        for step in &self.plan.steps {
+            let graph_plan::PlanStep::Launch { kernel, .. } = step else { continue };
+            let Some(k) = self.plan.kernel(*kernel) else { continue };
+            for p in k.params.iter().filter(|p| p.access == graph_plan::Access::Write) {
+                let v = k.value(p.value);
+                let Ok(bytes) = self.mem.bytes(&p.buffer) else { continue };
+                let bad = match v.dtype {
+                    graph_plan::DType::F32 => {
+                        bytes.chunks_exact(4).any(|c| !f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite())
+                    }
+                    graph_plan::DType::F16 => {
+                        bytes.chunks_exact(2).any(|c| !half::f16::from_le_bytes([c[0], c[1]]).is_finite())
+                    }
+                    graph_plan::DType::BF16 => {
+                        bytes.chunks_exact(2).any(|c| !half::bf16::from_le_bytes([c[0], c[1]]).is_finite())
+                    }
+                    _ => false,
+                };
+                if bad {
+                    let node = k
+                        .body
+                        .iter()
+                        .find(|i| i.outputs.contains(&p.value))
+                        .map_or_else(|| k.name.clone(), |i| i.node.clone());
+                    return Some((node, v.name.clone()));
+                }
+            }
+        }
+        None
     }
 
     /// Run with the typed error (`SimError::Race` carries the race report).

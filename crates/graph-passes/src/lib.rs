@@ -20,6 +20,7 @@ pub mod ids;
 pub mod interval;
 pub mod memory;
 pub mod order;
+pub mod precision;
 pub mod stream;
 pub mod target;
 pub mod timing;

@@ -5,6 +5,9 @@
 //!       ─lower─> kernels, bindings ─emit─> steps ─report─> PlanStats           = ExecutionPlan
 //! ```
 //!
+//! - **precision** (`graph_passes::precision`, only when [`PlanOptions::precision`] asks for fp16/bf16): graph,
+//!   policy -> a rewritten graph (half storage, casts at the boundaries) that every later pass plans; the
+//!   pipeline result owns it ([`PipelineResult::graph`]);
 //! - **topo** (`graph_passes::topo`): graph -> a topological order of its nodes;
 //! - **fusion** (`graph_passes::fusion`): graph, order, target -> fused groups in execution order;
 //! - **groups** (`graph_passes::group_graph`): graph, order, fusion -> the facts every later pass shares (alias
@@ -29,6 +32,7 @@ use graph_passes::fusion::{self, FusionOptions, FusionPlan};
 use graph_passes::group_graph::GroupGraph;
 use graph_passes::memory::{self, MemoryOptions, MemoryPlan};
 use graph_passes::order;
+use graph_passes::precision::{self, PrecisionPolicy, PrecisionReport};
 use graph_passes::stream::{self, StreamOptions, StreamPlan};
 use graph_passes::target::Target;
 use graph_passes::topo::{self, TopoOrder};
@@ -144,6 +148,9 @@ pub struct PlanOptions {
     pub device: DeviceProfile,
     /// Topological order strategy.
     pub order: OrderStrategy,
+    /// Storage precision and its exceptions (fp32 by default: no transform).
+    #[serde(default)]
+    pub precision: PrecisionPolicy,
 }
 
 impl Default for PlanOptions {
@@ -154,6 +161,7 @@ impl Default for PlanOptions {
             memory: MemoryOptions::default(),
             device: DeviceProfile::default(),
             order: OrderStrategy::Given,
+            precision: PrecisionPolicy::default(),
         }
     }
 }
@@ -234,6 +242,18 @@ pub struct PipelineResult {
     pub stream: Option<StreamPlan>,
     /// Milliseconds per pass, in first-run order (passes memory-aware ordering runs more than once summed).
     pub pass_ms: Vec<(String, f64)>,
+    /// The graph the passes planned when the precision transform rewrote the input (`None`: the input itself).
+    pub rewritten: Option<ComputeGraph>,
+    /// What the precision transform did (`None`: fp32, no transform).
+    pub precision: Option<PrecisionReport>,
+}
+
+impl PipelineResult {
+    /// The graph every pass of this result planned: the rewritten one, or `input` when none was made. Node and
+    /// tensor ids in the result refer to this graph.
+    pub fn graph<'a>(&'a self, input: &'a ComputeGraph) -> &'a ComputeGraph {
+        self.rewritten.as_ref().unwrap_or(input)
+    }
 }
 
 /// Runs passes under their tracing span and adds up their wall time by name.
@@ -244,14 +264,19 @@ struct PassClock {
 
 impl PassClock {
     fn run<T>(&mut self, pass: Pass, f: impl FnOnce() -> T) -> T {
-        let _span = tracing::info_span!("pass", name = pass.name()).entered();
+        self.run_named(pass.name(), f)
+    }
+
+    /// As `run`, for the precision transform (a rewrite before the passes, not a stop-after point).
+    fn run_named<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
+        let _span = tracing::info_span!("pass", name).entered();
         let t0 = Instant::now();
         let out = f();
         let dt = t0.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(pass = pass.name(), ms = dt, "pass done");
-        match self.ms.iter_mut().find(|(n, _)| n == pass.name()) {
+        tracing::debug!(pass = name, ms = dt, "pass done");
+        match self.ms.iter_mut().find(|(n, _)| n == name) {
             Some(e) => e.1 += dt,
-            None => self.ms.push((pass.name().to_string(), dt)),
+            None => self.ms.push((name.to_string(), dt)),
         }
         out
     }
@@ -313,8 +338,26 @@ impl Front {
 pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option<Pass>) -> PlanResult<PipelineResult> {
     opts.validate()?;
     graph.validate()?;
-    let target = opts.target();
+    if opts.precision.is_identity() {
+        return run_passes(graph, opts, stop_after, PassClock::default());
+    }
     let mut clock = PassClock::default();
+    let (rewritten, report) = clock.run_named("precision", || precision::transform(graph, &opts.precision))?;
+    crate::pass_checks::after_precision(graph, &rewritten)?;
+    let mut r = run_passes(&rewritten, opts, stop_after, clock)?;
+    r.rewritten = Some(rewritten);
+    r.precision = Some(report);
+    Ok(r)
+}
+
+/// The passes from topo on, over the graph they plan.
+fn run_passes(
+    graph: &ComputeGraph,
+    opts: &PlanOptions,
+    stop_after: Option<Pass>,
+    mut clock: PassClock,
+) -> PlanResult<PipelineResult> {
+    let target = opts.target();
     let stop = |p: Pass| stop_after == Some(p);
     let given = clock.run(Pass::Topo, || topo::analyse(graph))?;
     let mut r = PipelineResult {
@@ -326,6 +369,8 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
         memory: None,
         stream: None,
         pass_ms: Vec::new(),
+        rewritten: None,
+        precision: None,
     };
     if stop(Pass::Topo) {
         if opts.order == OrderStrategy::Memory {
@@ -485,6 +530,7 @@ impl ExecutionPlan {
     /// Lower, emit and report a pipeline run through the stream pass — one a caller may have changed, e.g. with
     /// a stream plan made under other `StreamOptions` (every plan is still checked by `verify` in tests).
     pub fn finish(graph: &ComputeGraph, r: &PipelineResult) -> PlanResult<Self> {
+        let graph = r.graph(graph);
         let (fusion, groups, mem, streams) = match (&r.fusion, &r.groups, &r.memory, &r.stream) {
             (Some(f), Some(g), Some(m), Some(s)) => (f, g, m, s),
             // A caller's mistake (a pipeline stopped early), not a planner bug.
@@ -500,8 +546,14 @@ impl ExecutionPlan {
         let lowered = clock.run(Pass::Lower, || crate::lower::lower(graph, fusion, groups, mem, device))?;
         let steps = clock.run(Pass::Emit, || crate::emit::emit(graph, fusion, mem, streams, &lowered))?;
         let mut plan = ExecutionPlan::assemble(graph, mem, streams, lowered, steps, device.clone());
-        let facts =
-            crate::report::Facts { groups, memory: mem, streams, order: r.order, max_streams: r.target.streams };
+        let facts = crate::report::Facts {
+            groups,
+            memory: mem,
+            streams,
+            order: r.order,
+            max_streams: r.target.streams,
+            precision: r.precision.as_ref().map_or(Default::default(), |p| p.precision),
+        };
         plan.stats = clock.run(Pass::Report, || crate::report::compute(graph, &plan, &facts))?;
         plan.stats.pass_ms = clock.ms;
         Ok(plan)

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
 
-use crate::plan::{BindingRole, ExecutionPlan};
+use crate::plan::{Binding, BindingRole, ExecutionPlan};
+use std::borrow::Cow;
 
 /// A tensor in host memory: dtype, shape and little-endian bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,11 +221,42 @@ pub trait PreparedPlan {
     fn run(&mut self, inputs: &TensorMap) -> Result<TensorMap, ExecError>;
 }
 
-/// Check that `map` supplies every binding of `role` with the right dtype and shape.
+/// True when a weight stored as `binding` is made from an f32 tensor at prepare (a half-precision plan of an
+/// f32 model: its weights are supplied as the model has them and converted once).
+fn converts_at_prepare(b: &Binding, t: &HostTensor) -> bool {
+    b.role == BindingRole::Weight
+        && matches!(b.dtype, DType::F16 | DType::BF16)
+        && t.dtype == DType::F32
+        && t.shape == b.shape
+        && t.data.len() as u64 == 2 * b.buffer.bytes
+}
+
+/// The bytes a weight binding holds, made from the tensor supplied for it: the tensor's own bytes when the
+/// dtypes agree; for a half binding supplied in f32, converted here, once per prepare (round to nearest even,
+/// the numeric rule of `graph_passes::precision`). Both executors call this at prepare.
+pub fn weight_bytes<'a>(b: &Binding, t: &'a HostTensor) -> Cow<'a, [u8]> {
+    if converts_at_prepare(b, t) {
+        Cow::Owned(graph_passes::precision::convert_f32_bytes(&t.data, b.dtype))
+    } else {
+        Cow::Borrowed(t.data.as_slice())
+    }
+}
+
+/// Little-endian f32 bytes as f16 or bf16 bytes, rounded to nearest even (the numeric rule of
+/// `graph_passes::precision`; other dtypes: the bytes unchanged).
+pub fn f32_to_half_bytes(bytes: &[u8], to: DType) -> Vec<u8> {
+    graph_passes::precision::convert_f32_bytes(bytes, to)
+}
+
+/// Check that `map` supplies every binding of `role` with the right dtype and shape (a half weight may come in
+/// f32: [`weight_bytes`] converts it).
 pub fn check_tensors(plan: &ExecutionPlan, map: &TensorMap, role: BindingRole) -> Result<(), ExecError> {
     let label = if role == BindingRole::Input { "input" } else { "weight" };
     for b in plan.bindings().iter().filter(|b| b.role == role) {
         let t = map.get(&b.name).ok_or_else(|| ExecError::Missing { role: label, name: b.name.clone() })?;
+        if converts_at_prepare(b, t) {
+            continue;
+        }
         if t.dtype != b.dtype || t.shape != b.shape || t.data.len() as u64 != b.buffer.bytes {
             return Err(ExecError::Mismatch {
                 role: label,

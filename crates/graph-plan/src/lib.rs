@@ -37,6 +37,9 @@ pub use report::simulate_plan;
 pub use set::{verify_set, BucketSpec, Dims, PlanSet, SetError, SetOptions};
 pub use verify::{verify, Violation};
 
+/// The precision transform's policy and report types (`PlanOptions::precision`), for executors and tools.
+pub use graph_passes::precision;
+
 /// The shared timing evaluator (event-driven simulation of streams on a device profile).
 pub use graph_passes::timing;
 

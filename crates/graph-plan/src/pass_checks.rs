@@ -17,6 +17,30 @@ fn bug(pass: &'static str, detail: String) -> PlanError {
     PlanError::Internal(InternalError::new(pass, detail))
 }
 
+/// The precision transform's contract: the rewritten graph validates, every original node is there under its
+/// name with the same op type, and the graph inputs and outputs are the same names in the same order.
+pub fn after_precision(input: &ComputeGraph, rewritten: &ComputeGraph) -> PlanResult<()> {
+    if !ON {
+        return Ok(());
+    }
+    rewritten.validate().map_err(|e| bug("precision", format!("the rewritten graph does not validate: {e}")))?;
+    for (_, n) in input.nodes() {
+        let same = rewritten.node_id(&n.name).map(|m| rewritten.node(m).op.name() == n.op.name());
+        if same != Some(true) {
+            return Err(bug("precision", format!("node '{}' ({}) is missing or changed op", n.name, n.op.name())));
+        }
+    }
+    let names = |g: &ComputeGraph, ts: &[graph_ir::TensorId]| -> Vec<String> {
+        ts.iter().map(|&t| g.tensor(t).name.clone()).collect()
+    };
+    if names(input, input.inputs()) != names(rewritten, rewritten.inputs())
+        || names(input, input.outputs()) != names(rewritten, rewritten.outputs())
+    {
+        return Err(bug("precision", "graph inputs or outputs were renamed or reordered".into()));
+    }
+    Ok(())
+}
+
 /// Every non-view node is in exactly one group, and mapped back to it.
 pub fn after_fusion(graph: &ComputeGraph, f: &FusionPlan) -> PlanResult<()> {
     if !ON {

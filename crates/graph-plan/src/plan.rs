@@ -310,6 +310,16 @@ pub struct PlanStats {
     pub bytes_moved: u64,
     /// Bytes moved by the unfused graph (every non-view node reading its inputs and writing its outputs).
     pub bytes_moved_unfused: u64,
+    /// The storage precision the plan was built for (`fp32`: no precision transform ran).
+    #[serde(default)]
+    pub precision: graph_passes::precision::Precision,
+    /// Bytes of the weights region (weights and constants).
+    #[serde(default)]
+    pub weights_bytes: u64,
+    /// Nodes of the planned graph per dtype of their first float output (`none`: no float output); after the
+    /// precision transform, its inserted casts included.
+    #[serde(default)]
+    pub nodes_per_precision: Vec<(String, usize)>,
     /// Milliseconds per pass, in pipeline order.
     pub pass_ms: Vec<(String, f64)>,
 }

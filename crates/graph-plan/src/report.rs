@@ -27,6 +27,8 @@ pub(crate) struct Facts<'a> {
     pub order: Option<OrderOutcome>,
     /// The stream limit the plan was made for.
     pub max_streams: usize,
+    /// The storage precision the graph was rewritten for.
+    pub precision: graph_passes::precision::Precision,
 }
 
 /// The figures of `plan` (see the module docs); `pass_ms` is left for the driver to fill.
@@ -99,6 +101,9 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
         in_place_count: mem.in_place_count,
         bytes_moved,
         bytes_moved_unfused,
+        precision: f.precision,
+        weights_bytes: plan.region_bytes(graph_passes::memory::Region::Weights),
+        nodes_per_precision: graph_passes::precision::node_counts(graph),
         pass_ms: Vec::new(),
     })
 }

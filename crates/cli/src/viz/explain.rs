@@ -134,6 +134,40 @@ pub struct Explain {
     pub summary: Summary,
     /// Fusion decisions.
     pub fusion: FusionSection,
+    /// Each node's precision and the policy rule that chose it (fp16/bf16 plans only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<PrecisionSection>,
+}
+
+/// The precision transform's decisions, for `explain`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PrecisionSection {
+    /// The plan's precision (`fp16`, `bf16`).
+    pub precision: String,
+    /// Nodes per dtype of their float output.
+    pub counts: Vec<(String, usize)>,
+    /// Every node of the planned graph (inserted casts included): name, op, dtype, rule.
+    pub nodes: Vec<graph_passes::precision::NodePrecision>,
+}
+
+impl PrecisionSection {
+    /// From the transform's report and the plan's counts.
+    pub fn new(r: &graph_passes::precision::PrecisionReport, plan: &ExecutionPlan) -> PrecisionSection {
+        PrecisionSection {
+            precision: r.precision.name().to_string(),
+            counts: plan.stats().nodes_per_precision.clone(),
+            nodes: r.nodes.clone(),
+        }
+    }
+
+    fn lines(&self) -> Vec<[String; 4]> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                [n.node.clone(), n.op.clone(), n.dtype.map_or("-".to_string(), |d| d.to_string()), n.rule.to_string()]
+            })
+            .collect()
+    }
 }
 
 /// A reason code as the fusion pass names it.
@@ -269,7 +303,13 @@ pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Expl
         makespan_ratio: ratio(t.makespan_us, t.bound_us),
         stream_busy_us: t.stream_busy_us,
     };
-    Ok(Explain { graph: plan.graph_name().to_string(), steps, summary, fusion: fusion_section(fusion) })
+    Ok(Explain {
+        graph: plan.graph_name().to_string(),
+        steps,
+        summary,
+        fusion: fusion_section(fusion),
+        precision: None,
+    })
 }
 
 fn us(v: Option<f64>) -> String {
@@ -458,6 +498,14 @@ pub fn render_text(e: &Explain) -> String {
             let _ = writeln!(out, "{}", super::ellipsize(&line, TEXT_WIDTH));
         }
     }
+    if let Some(p) = &e.precision {
+        let counts: Vec<String> = p.counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(out, "\nprecision {}: nodes {}", p.precision, counts.join(", "));
+        for [node, op, dtype, rule] in p.lines() {
+            let line = format!("  {node} {op} {dtype} [{rule}]");
+            let _ = writeln!(out, "{}", super::ellipsize(&line, TEXT_WIDTH));
+        }
+    }
     out
 }
 
@@ -482,6 +530,13 @@ pub fn render_markdown(e: &Explain) -> String {
         let cols = vec![Column::left("producer"), Column::left("consumer"), Column::left("reason")];
         let rows: Vec<Vec<String>> =
             f.rejected.iter().map(|r| vec![r.producer.clone(), r.consumer.clone(), r.reason.clone()]).collect();
+        out.push_str(&table::render_markdown(&cols, &rows));
+    }
+    if let Some(p) = &e.precision {
+        let counts: Vec<String> = p.counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(out, "\n### Precision {}\n\nNodes: {}.\n", p.precision, counts.join(", "));
+        let cols = vec![Column::left("node"), Column::left("op"), Column::left("dtype"), Column::left("rule")];
+        let rows: Vec<Vec<String>> = p.lines().into_iter().map(|l| l.to_vec()).collect();
         out.push_str(&table::render_markdown(&cols, &rows));
     }
     out

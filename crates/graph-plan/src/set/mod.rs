@@ -170,7 +170,24 @@ impl PlanSet {
         let io = padding::fit_io(&samples, &pairs);
         drop(samples);
         drop(probes);
-        let layouts = shared_layouts(&dims, &graphs, opts.plan.memory.alignment.max(1))?;
+        // The layout is of the graphs the passes will plan: after the precision transform when one is asked for
+        // (half weights and constants take half the slots).
+        let precision = &opts.plan.precision;
+        let rewritten: Vec<ComputeGraph> = if precision.is_identity() {
+            Vec::new()
+        } else {
+            dims.par_iter()
+                .zip(graphs.par_iter())
+                .map(|(d, g)| {
+                    graph_passes::precision::transform(g, precision)
+                        .map(|(g, _)| g)
+                        .map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })
+                })
+                .collect::<Result<_, _>>()?
+        };
+        let planned = if rewritten.is_empty() { &graphs } else { &rewritten };
+        let layouts = shared_layouts(&dims, planned, opts.plan.memory.alignment.max(1))?;
+        drop(rewritten);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
 
         let mut members = Vec::with_capacity(dims.len());

@@ -1,0 +1,740 @@
+//! The precision transform: a graph and a [`PrecisionPolicy`] -> a new graph whose floating-point tensors are
+//! stored in f16 or bf16 where the policy allows (the input graph is untouched). It runs before fusion; the
+//! memory, fusion and stream passes then work unchanged on the rewritten graph.
+//!
+//! # The numeric rule (DESIGN.md 9, the one statement of it)
+//! Every op computes in f32 and rounds its result to its output tensor's dtype when the value is made, whether
+//! the value is stored to memory or stays in a fused kernel's registers. So products (MatMul, Gemm, Conv) and
+//! reductions (Softmax, LayerNormalization, ReduceSum/Mean, GlobalAveragePool, BatchNormalization) of half
+//! tensors *accumulate in f32* and round once, on the store; a fused kernel gives the same bits as the unfused
+//! ops. exec-sim implements it in `value.rs` (`round_float`, round-to-nearest-even, overflow to infinity); the
+//! CUDA code generator emits the same conversions.
+//!
+//! # The decision, per node
+//! A node is *convertible* when every float tensor it reads or writes is f32 and it is a kernel op (not a
+//! view, copy or custom kernel). A convertible node computes in f32 when, in this order:
+//! 1. its op type is on the keep-in-f32 list ([`PrecisionRule::KeepOp`]);
+//! 2. its name matches a `re:` pattern of the list ([`PrecisionRule::KeepPattern`]);
+//! 3. `softmax-input` is on the list and the node is an elementwise op on the chain (through views and
+//!    elementwise ops) that computes a Softmax's input ([`PrecisionRule::SoftmaxInput`]): attention logits grow
+//!    past f16's 65504 before the Softmax normalises them;
+//! 4. it is an anchor (MatMul, Gemm, Conv, pools) reading a graph input kept in f32, or a weight that stays f32
+//!    because an f32 kernel reads it too ([`PrecisionRule::AnchorReadsF32`]): an anchor accepts no fused
+//!    prologue, so a cast there would be a launch of its own; the anchor reads the tensor as it is, and its
+//!    output is cast in its epilogue instead. (This and the weights' dtypes are iterated to a fixpoint.)
+//!
+//! Every other convertible node computes in the policy's half type ([`PrecisionRule::Default`]). Views and
+//! copies follow their input's dtype; custom kernels and non-convertible nodes keep their declared dtypes.
+//! Weights and constants take half precision when every kernel reading them (through views) computes in half;
+//! constants' bytes are converted here, weights' at prepare (`graph_plan::exec::weight_bytes`).
+//! Graph inputs and outputs keep their declared dtype unless [`PrecisionPolicy::io_half`].
+//!
+//! # Where casts go (so that none is a launch of its own)
+//! A tensor read in another dtype than it is stored in gets a `Cast` node:
+//! - narrowing (f32 -> half) a value some kernel produces: one cast right after the producer, shared by every
+//!   half reader; the fusion pass takes it into the producer's kernel as an epilogue;
+//! - narrowing a graph input or weight (no producer kernel): one cast per reader, which joins the reader's loop
+//!   or row kernel as a producer (anchors never read one, by rule 4);
+//! - widening (half -> f32) into an anchor: one shared cast after the producer (an epilogue again);
+//! - widening into any other op: one cast per reader, fused into the reader's kernel (elementwise producers
+//!   join loop and row kernels).
+//!
+//! A graph output whose producer computes in half gets a final cast to its declared dtype, fused as an epilogue.
+//!
+//! # Complexity
+//! O(N + E) over nodes and edges (the softmax-input walk visits each node at most once), plus one regex match
+//! per node and pattern.
+
+use graph_ir::infer::infer;
+use graph_ir::{ComputeGraph, DType, GraphError, NodeId, Op, OpCategory, TensorId, TensorRole};
+use serde::{Deserialize, Serialize};
+use slotmap::SecondaryMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use thiserror::Error;
+
+use crate::topo;
+
+/// The storage precision a plan is built for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything as declared (no transform).
+    #[default]
+    Fp32,
+    /// IEEE binary16 storage, f32 compute.
+    Fp16,
+    /// bfloat16 storage, f32 compute.
+    Bf16,
+}
+
+impl Precision {
+    /// Every precision, in the order the CLI lists them.
+    pub const ALL: [Precision; 3] = [Precision::Fp32, Precision::Fp16, Precision::Bf16];
+
+    /// The name on the command line and in reports (`fp32`, `fp16`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// The storage dtype of converted tensors.
+    pub fn dtype(self) -> DType {
+        match self {
+            Precision::Fp32 => DType::F32,
+            Precision::Fp16 => DType::F16,
+            Precision::Bf16 => DType::BF16,
+        }
+    }
+
+    /// Parse `fp32`, `fp16` or `bf16`.
+    pub fn parse(s: &str) -> Result<Precision, PrecisionError> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| PrecisionError::UnknownPrecision { given: s.to_string() })
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One entry of the keep-in-f32 list.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepEntry {
+    /// Every node of this op type (an ONNX op name, one of [`Op::NAMES`]).
+    Op(String),
+    /// Nodes whose name matches this regular expression (the whole name; written `re:PATTERN`).
+    Pattern(String),
+    /// The elementwise chain that computes each Softmax's input (written `softmax-input`).
+    SoftmaxInput,
+}
+
+impl fmt::Display for KeepEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeepEntry::Op(o) => f.write_str(o),
+            KeepEntry::Pattern(p) => write!(f, "re:{p}"),
+            KeepEntry::SoftmaxInput => f.write_str("softmax-input"),
+        }
+    }
+}
+
+/// The default keep-in-f32 list, each entry with the reason it is there (in the spirit of torch autocast's
+/// f32 list and TensorRT's layer precision advice).
+pub const DEFAULT_KEEP_F32: [(&str, &str); 7] = [
+    (
+        "LayerNormalization",
+        "x - mean squared over a wide row exceeds f16's 65504 and the variance loses its low bits \
+         (TensorRT #2564, #3692 report overflowing LayerNorm in fp16)",
+    ),
+    ("Softmax", "the normalising sum over a long row loses precision in half; its output feeds the next product"),
+    ("softmax-input", "attention logits (QK^T scaled, plus the mask) grow past 65504 before Softmax normalises them"),
+    ("Exp", "e^x overflows f16 for x > 11.09"),
+    ("Pow", "squares of activations above 256 overflow f16 (the variance of a decomposed LayerNorm)"),
+    ("ReduceSum", "a sum grows with the row length: 4096 values of 16 already overflow f16"),
+    ("Reciprocal", "1/x overflows f16 for |x| < 1.5e-5"),
+];
+
+/// The default list as entries.
+pub fn default_keep_f32() -> Vec<KeepEntry> {
+    DEFAULT_KEEP_F32.iter().map(|(e, _)| parse_entry(e).unwrap_or(KeepEntry::SoftmaxInput)).collect()
+}
+
+fn parse_entry(e: &str) -> Result<KeepEntry, PrecisionError> {
+    if let Some(p) = e.strip_prefix("re:") {
+        compile_pattern(p)?;
+        return Ok(KeepEntry::Pattern(p.to_string()));
+    }
+    if e == "softmax-input" {
+        return Ok(KeepEntry::SoftmaxInput);
+    }
+    if Op::NAMES.contains(&e) {
+        return Ok(KeepEntry::Op(e.to_string()));
+    }
+    let close: Vec<&str> = Op::NAMES.iter().copied().filter(|n| n.eq_ignore_ascii_case(e)).collect();
+    Err(PrecisionError::UnknownOp { entry: e.to_string(), did_you_mean: close.first().map(|s| s.to_string()) })
+}
+
+fn compile_pattern(p: &str) -> Result<regex::Regex, PrecisionError> {
+    if p.is_empty() {
+        return Err(PrecisionError::BadPattern { pattern: p.to_string(), detail: "empty pattern".into() });
+    }
+    // Anchored: a pattern names whole node names, as a glob would.
+    regex::RegexBuilder::new(&format!("^(?:{p})$"))
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| PrecisionError::BadPattern { pattern: p.to_string(), detail: one_line(&e.to_string()) })
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Parse a `--keep-f32` list: comma-separated op names, `re:PATTERN` node-name patterns, `softmax-input` and
+/// `default` (the default list); `none` alone is the empty list. The list replaces the default one.
+pub fn parse_keep_f32(list: &str) -> Result<Vec<KeepEntry>, PrecisionError> {
+    let list = list.trim();
+    if list == "none" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for raw in list.split(',') {
+        let e = raw.trim();
+        if e.is_empty() {
+            return Err(PrecisionError::EmptyEntry { list: list.to_string() });
+        }
+        if e == "none" {
+            return Err(PrecisionError::NoneNotAlone { list: list.to_string() });
+        }
+        let new = if e == "default" { default_keep_f32() } else { vec![parse_entry(e)?] };
+        for n in new {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Why a precision option is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum PrecisionError {
+    /// Not `fp32`, `fp16` or `bf16`.
+    #[error("unknown precision '{given}' (known: fp32, fp16, bf16)")]
+    UnknownPrecision {
+        /// What was given.
+        given: String,
+    },
+    /// A keep-f32 entry that is no op name, pattern or keyword.
+    #[error("--keep-f32: '{entry}' is not an op type{}; entries are op types (LayerNormalization), `re:PATTERN`, \
+             `softmax-input`, `default`, or `none` alone", .did_you_mean.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownOp {
+        /// The entry.
+        entry: String,
+        /// An op name that differs only in case.
+        did_you_mean: Option<String>,
+    },
+    /// A `re:` pattern that does not compile.
+    #[error("--keep-f32: malformed pattern 're:{pattern}': {detail}")]
+    BadPattern {
+        /// The pattern (without `re:`).
+        pattern: String,
+        /// The regex compiler's message.
+        detail: String,
+    },
+    /// An empty entry (`a,,b` or a trailing comma).
+    #[error("--keep-f32 '{list}': empty entry")]
+    EmptyEntry {
+        /// The whole list.
+        list: String,
+    },
+    /// `none` together with other entries.
+    #[error("--keep-f32 '{list}': 'none' must stand alone")]
+    NoneNotAlone {
+        /// The whole list.
+        list: String,
+    },
+}
+
+impl From<PrecisionError> for GraphError {
+    fn from(e: PrecisionError) -> GraphError {
+        GraphError::InvalidOption { option: "precision".into(), detail: e.to_string() }
+    }
+}
+
+/// What to convert: the half type, what stays in f32, and whether graph inputs/outputs convert too.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrecisionPolicy {
+    /// The storage precision; `Fp32` means no transform.
+    pub precision: Precision,
+    /// Nodes that stay in f32 (replaces the default list; see [`DEFAULT_KEEP_F32`]).
+    pub keep_f32: Vec<KeepEntry>,
+    /// Convert graph inputs and outputs too (`--io-precision half`); by default they keep their declared dtype.
+    pub io_half: bool,
+}
+
+impl Default for PrecisionPolicy {
+    fn default() -> Self {
+        PrecisionPolicy { precision: Precision::Fp32, keep_f32: default_keep_f32(), io_half: false }
+    }
+}
+
+impl PrecisionPolicy {
+    /// The default policy for `precision`.
+    pub fn new(precision: Precision) -> Self {
+        PrecisionPolicy { precision, ..Default::default() }
+    }
+
+    /// True when the transform changes nothing (f32).
+    pub fn is_identity(&self) -> bool {
+        self.precision == Precision::Fp32
+    }
+}
+
+/// Why a node got its precision (what `explain` prints).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum PrecisionRule {
+    /// The policy's half type (no exception applied).
+    Default,
+    /// Kept in f32 by op type.
+    KeepOp {
+        /// The op type.
+        op: String,
+    },
+    /// Kept in f32: the node's name matches a pattern.
+    KeepPattern {
+        /// The pattern (without `re:`).
+        pattern: String,
+    },
+    /// Kept in f32: computes a Softmax's input.
+    SoftmaxInput {
+        /// The Softmax node.
+        softmax: String,
+    },
+    /// Kept in f32: an anchor reading a graph input or weight that stays f32 (a cast before it would launch
+    /// alone).
+    AnchorReadsF32 {
+        /// The graph input or weight.
+        tensor: String,
+    },
+    /// A view or copy: stores what its input stores.
+    FollowsInput,
+    /// Not all-f32 floating-point, or a custom kernel: left as declared.
+    AsDeclared,
+    /// A cast the transform inserted.
+    InsertedCast,
+}
+
+impl fmt::Display for PrecisionRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrecisionRule::Default => f.write_str("policy default"),
+            PrecisionRule::KeepOp { op } => write!(f, "keep-f32 op {op}"),
+            PrecisionRule::KeepPattern { pattern } => write!(f, "keep-f32 pattern re:{pattern}"),
+            PrecisionRule::SoftmaxInput { softmax } => write!(f, "softmax-input of {softmax}"),
+            PrecisionRule::AnchorReadsF32 { tensor } => write!(f, "anchor reads f32 source {tensor}"),
+            PrecisionRule::FollowsInput => f.write_str("view/copy follows its input"),
+            PrecisionRule::AsDeclared => f.write_str("as declared (not an all-f32 kernel)"),
+            PrecisionRule::InsertedCast => f.write_str("inserted cast"),
+        }
+    }
+}
+
+/// One node of the rewritten graph: its precision and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePrecision {
+    /// The node's name (in the rewritten graph; original nodes keep their names).
+    pub node: String,
+    /// Its op type.
+    pub op: String,
+    /// The dtype of its first floating-point output (`None`: no float output).
+    pub dtype: Option<DType>,
+    /// The rule that chose it.
+    pub rule: PrecisionRule,
+}
+
+/// What the transform did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrecisionReport {
+    /// The policy's precision.
+    pub precision: Precision,
+    /// Every node of the rewritten graph, in its topological order.
+    pub nodes: Vec<NodePrecision>,
+    /// Casts inserted.
+    pub casts_inserted: usize,
+    /// Weights and constants converted to half.
+    pub sources_converted: usize,
+}
+
+impl PrecisionReport {
+    /// The entry of node `name`.
+    pub fn node(&self, name: &str) -> Option<&NodePrecision> {
+        self.nodes.iter().find(|n| n.node == name)
+    }
+}
+
+/// Nodes of `graph` per dtype of their first floating-point output (`none` for nodes without one), sorted by
+/// name: the report's `nodes_per_precision`.
+pub fn node_counts(graph: &ComputeGraph) -> Vec<(String, usize)> {
+    let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+    for (_, n) in graph.nodes() {
+        let d = n.outputs.iter().map(|&t| graph.tensor(t).dtype).find(|d| d.is_float());
+        *m.entry(d.map_or("none".to_string(), |d| d.name().to_string())).or_default() += 1;
+    }
+    m.into_iter().collect()
+}
+
+/// The policy with its patterns compiled.
+struct Compiled {
+    ops: HashSet<String>,
+    patterns: Vec<(String, regex::Regex)>,
+    softmax_input: bool,
+}
+
+fn compile(policy: &PrecisionPolicy) -> Result<Compiled, PrecisionError> {
+    let mut c = Compiled { ops: HashSet::new(), patterns: Vec::new(), softmax_input: false };
+    for e in &policy.keep_f32 {
+        match e {
+            KeepEntry::Op(o) => {
+                if !Op::NAMES.contains(&o.as_str()) {
+                    return Err(PrecisionError::UnknownOp { entry: o.clone(), did_you_mean: None });
+                }
+                c.ops.insert(o.clone());
+            }
+            KeepEntry::Pattern(p) => c.patterns.push((p.clone(), compile_pattern(p)?)),
+            KeepEntry::SoftmaxInput => c.softmax_input = true,
+        }
+    }
+    Ok(c)
+}
+
+/// What a node wants its float inputs (originally f32) to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Want {
+    /// Whatever they are (views, copies, Cast nodes).
+    Any,
+    /// Their declared dtype (custom kernels, non-convertible nodes).
+    Declared,
+    /// This dtype.
+    Is(DType),
+}
+
+/// Rewrite `graph` under `policy`; the input is untouched. With `Fp32` the result is a copy of the graph.
+pub fn transform(
+    graph: &ComputeGraph,
+    policy: &PrecisionPolicy,
+) -> Result<(ComputeGraph, PrecisionReport), GraphError> {
+    let _span = tracing::debug_span!("precision").entered();
+    let c = compile(policy)?;
+    let half = policy.precision.dtype();
+    let order = topo::analyse(graph)?.order;
+    let f32_float = |t: TensorId| graph.tensor(t).dtype == DType::F32;
+
+    // 1. The decision per node.
+    let mut decision: SecondaryMap<NodeId, (Want, PrecisionRule)> = SecondaryMap::new();
+    for &n in &order {
+        let node = graph.node(n);
+        let d = if node.op.is_view() || matches!(node.op, Op::Memcpy { .. }) {
+            (Want::Any, PrecisionRule::FollowsInput)
+        } else if !convertible(graph, n) || policy.precision == Precision::Fp32 {
+            (Want::Declared, PrecisionRule::AsDeclared)
+        } else if c.ops.contains(node.op.name()) {
+            (Want::Is(DType::F32), PrecisionRule::KeepOp { op: node.op.name().to_string() })
+        } else if let Some((p, _)) = c.patterns.iter().find(|(_, r)| r.is_match(&node.name)) {
+            (Want::Is(DType::F32), PrecisionRule::KeepPattern { pattern: p.clone() })
+        } else {
+            (Want::Is(half), PrecisionRule::Default)
+        };
+        decision.insert(n, d);
+    }
+    if c.softmax_input {
+        mark_softmax_inputs(graph, &order, &mut decision);
+    }
+    // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
+    // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
+    let convert_io = policy.io_half && half != DType::F32;
+    let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
+        graph.weights().iter().map(|&w| (w, kernel_readers(graph, w))).collect();
+    let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
+        let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+        half != DType::F32
+            && graph.tensor(t).dtype == DType::F32
+            && !readers.is_empty()
+            && readers.iter().all(|&r| decision[r].0 == Want::Is(half))
+    };
+    loop {
+        let mut changed = false;
+        for &n in &order {
+            let node = graph.node(n);
+            if decision[n].0 != Want::Is(half) || half == DType::F32 || node.op.category() != OpCategory::Anchor {
+                continue;
+            }
+            let f32_source = node.inputs.iter().map(|&t| source_through_views(graph, t)).find(|&s| {
+                let t = graph.tensor(s);
+                t.dtype == DType::F32
+                    && match t.role {
+                        TensorRole::Input => !convert_io,
+                        TensorRole::Weight | TensorRole::Constant => !weight_half(&decision, s),
+                        _ => false,
+                    }
+            });
+            if let Some(s) = f32_source {
+                let tensor = graph.tensor(s).name.clone();
+                decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor });
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+
+    // 2. Source dtypes: inputs by the io setting, weights and constants by their readers.
+    let mut out = ComputeGraph::with_limits(graph.name(), graph.limits());
+    let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
+    let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
+    for &t in graph.inputs() {
+        let tensor = graph.tensor(t);
+        let dtype = if convert_io && tensor.dtype == DType::F32 { half } else { tensor.dtype };
+        map.insert(t, out.add_input(&tensor.name, dtype, tensor.shape.clone())?);
+    }
+    for &t in graph.weights() {
+        let tensor = graph.tensor(t);
+        let to_half = weight_half(&decision, t);
+        let dtype = if to_half { half } else { tensor.dtype };
+        report.sources_converted += usize::from(to_half);
+        let id = match (&tensor.role, &tensor.data) {
+            (TensorRole::Constant, Some(bytes)) => {
+                let data = if to_half { convert_f32_bytes(bytes, half) } else { bytes.to_vec() };
+                out.add_constant(&tensor.name, dtype, tensor.shape.clone(), data)?
+            }
+            _ => out.add_weight(&tensor.name, dtype, tensor.shape.clone())?,
+        };
+        map.insert(t, id);
+    }
+
+    // 3. Nodes in order, with casts where a reader wants another dtype.
+    let mut names = Names { old: graph, taken: HashSet::new() };
+    let mut shared: HashMap<(TensorId, DType), TensorId> = HashMap::new();
+    let outputs: HashSet<TensorId> = graph.outputs().iter().copied().collect();
+    let mut final_out: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
+    for &n in &order {
+        let node = graph.node(n);
+        let (want, rule) = decision[n].clone();
+        let mut ins = Vec::with_capacity(node.inputs.len());
+        for &t in &node.inputs {
+            let nt = map[t];
+            let have = out.tensor(nt).dtype;
+            let target = match want {
+                Want::Any => None,
+                Want::Declared => Some(graph.tensor(t).dtype),
+                Want::Is(d) => f32_float(t).then_some(d),
+            };
+            let Some(target) = target.filter(|&d| d != have) else {
+                ins.push(nt);
+                continue;
+            };
+            let narrowing = target != DType::F32;
+            let producer_kernel = kernel_producer(graph, t).is_some();
+            let share = if narrowing { producer_kernel } else { node.op.category() == OpCategory::Anchor };
+            let key = (t, target);
+            let cast = match shared.get(&key) {
+                Some(&c) if share => c,
+                _ => {
+                    let base = &graph.tensor(t).name;
+                    let cname = if share {
+                        names.fresh(&format!("{base}.to_{target}"))
+                    } else {
+                        names.fresh(&format!("{base}.to_{target}.{}", node.name))
+                    };
+                    let c = out.add_node_named(&cname, Op::Cast { to: target }, &[nt], &[&cname])?[0];
+                    report.casts_inserted += 1;
+                    report.nodes.push(NodePrecision {
+                        node: cname,
+                        op: "Cast".into(),
+                        dtype: Some(target),
+                        rule: PrecisionRule::InsertedCast,
+                    });
+                    if share {
+                        shared.insert(key, c);
+                    }
+                    c
+                }
+            };
+            ins.push(cast);
+        }
+        let op = match (&node.op, want) {
+            (Op::Cast { to: DType::F32 }, Want::Is(d)) => Op::Cast { to: d },
+            (op, _) => op.clone(),
+        };
+        // Output dtypes are needed before the node exists only where it writes a graph output.
+        let specs = if node.outputs.iter().any(|o| outputs.contains(o)) {
+            let s: Vec<(DType, &graph_ir::Shape)> =
+                ins.iter().map(|&t| (out.tensor(t).dtype, &out.tensor(t).shape)).collect();
+            infer(&op, &s).ok()
+        } else {
+            None
+        };
+        // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
+        let mut onames: Vec<String> = Vec::with_capacity(node.outputs.len());
+        let mut needs_cast = Vec::new();
+        for (i, &o) in node.outputs.iter().enumerate() {
+            let tensor = graph.tensor(o);
+            let got = specs.as_ref().and_then(|s| s.get(i)).map_or(tensor.dtype, |s| s.dtype);
+            let declared = if convert_io && tensor.dtype == DType::F32 && got == half { half } else { tensor.dtype };
+            if outputs.contains(&o) && got != declared {
+                onames.push(names.fresh(&format!("{}.{got}", tensor.name)));
+                needs_cast.push((i, declared));
+            } else {
+                onames.push(tensor.name.clone());
+            }
+        }
+        let refs: Vec<&str> = onames.iter().map(String::as_str).collect();
+        let new_outs = out.add_node_named(&node.name, op, &ins, &refs)?;
+        report.nodes.push(NodePrecision {
+            node: node.name.clone(),
+            op: node.op.name().to_string(),
+            dtype: new_outs.iter().map(|&t| out.tensor(t).dtype).find(|d| d.is_float()),
+            rule,
+        });
+        for (&o, &no) in node.outputs.iter().zip(&new_outs) {
+            map.insert(o, no);
+        }
+        for (i, declared) in needs_cast {
+            let o = node.outputs[i];
+            let oname = graph.tensor(o).name.clone();
+            let cname = names.fresh(&format!("{oname}.cast_out"));
+            let c = out.add_node_named(&cname, Op::Cast { to: declared }, &[new_outs[i]], &[&oname])?[0];
+            report.casts_inserted += 1;
+            report.nodes.push(NodePrecision {
+                node: cname,
+                op: "Cast".into(),
+                dtype: Some(declared),
+                rule: PrecisionRule::InsertedCast,
+            });
+            final_out.insert(o, c);
+        }
+    }
+    for &o in graph.outputs() {
+        let t = final_out.get(o).copied().unwrap_or(map[o]);
+        out.mark_output(t)?;
+    }
+    Ok((out, report))
+}
+
+/// A kernel op whose float tensors are all f32 (and that has at least one).
+fn convertible(graph: &ComputeGraph, n: NodeId) -> bool {
+    let node = graph.node(n);
+    if matches!(node.op, Op::Custom(_) | Op::Memcpy { .. }) || node.op.is_view() {
+        return false;
+    }
+    let mut any = false;
+    for &t in node.inputs.iter().chain(&node.outputs) {
+        let d = graph.tensor(t).dtype;
+        if d.is_float() {
+            if d != DType::F32 {
+                return false;
+            }
+            any = true;
+        }
+    }
+    any
+}
+
+/// The tensor `t` aliases through views (itself when no view produces it).
+fn source_through_views(graph: &ComputeGraph, mut t: TensorId) -> TensorId {
+    while let Some(p) = graph.producer(t) {
+        let node = graph.node(p);
+        match node.inputs.first() {
+            Some(&i) if node.op.is_view() => t = i,
+            _ => break,
+        }
+    }
+    t
+}
+
+/// The kernel node (not a view) whose bytes `t` holds, if any.
+fn kernel_producer(graph: &ComputeGraph, t: TensorId) -> Option<NodeId> {
+    graph.producer(source_through_views(graph, t))
+}
+
+/// The non-view nodes reading `t`, directly or through views.
+fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![t];
+    let mut seen = HashSet::new();
+    while let Some(t) = stack.pop() {
+        for &c in graph.consumers(t) {
+            let node = graph.node(c);
+            if node.op.is_view() {
+                if seen.insert(c) {
+                    stack.extend(node.outputs.iter().copied());
+                }
+            } else if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Rule 3: every convertible elementwise node on the chain that computes a Softmax's input stays in f32.
+fn mark_softmax_inputs(
+    graph: &ComputeGraph,
+    order: &[NodeId],
+    decision: &mut SecondaryMap<NodeId, (Want, PrecisionRule)>,
+) {
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    for &s in order {
+        let node = graph.node(s);
+        if !matches!(node.op, Op::Softmax { .. }) {
+            continue;
+        }
+        let mut stack: Vec<TensorId> = node.inputs.first().copied().into_iter().collect();
+        while let Some(t) = stack.pop() {
+            let Some(p) = graph.producer(t) else { continue };
+            let pn = graph.node(p);
+            if pn.op.is_view() {
+                stack.extend(pn.inputs.first().copied());
+                continue;
+            }
+            if pn.op.category() != OpCategory::Elementwise
+                || matches!(pn.op, Op::Cast { .. })
+                || !matches!(decision[p].1, PrecisionRule::Default)
+                || !seen.insert(p)
+            {
+                continue;
+            }
+            decision[p] = (Want::Is(DType::F32), PrecisionRule::SoftmaxInput { softmax: node.name.clone() });
+            stack.extend(pn.inputs.iter().copied().filter(|&i| graph.tensor(i).dtype.is_float()));
+        }
+    }
+}
+
+/// Names for inserted nodes and tensors that collide with nothing in the old graph or among themselves.
+struct Names<'a> {
+    old: &'a ComputeGraph,
+    taken: HashSet<String>,
+}
+
+impl Names<'_> {
+    fn fresh(&mut self, base: &str) -> String {
+        let free = |s: &str, taken: &HashSet<String>| {
+            self.old.tensor_id(s).is_none() && self.old.node_id(s).is_none() && !taken.contains(s)
+        };
+        let mut name = base.to_string();
+        let mut i = 1;
+        while !free(&name, &self.taken) {
+            name = format!("{base}.{i}");
+            i += 1;
+        }
+        self.taken.insert(name.clone());
+        name
+    }
+}
+
+/// Little-endian f32 bytes -> little-endian half bytes (round to nearest even, as the numeric rule says).
+pub fn convert_f32_bytes(bytes: &[u8], to: DType) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() / 2);
+    for c in bytes.chunks_exact(4) {
+        let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        match to {
+            DType::F16 => out.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+            DType::BF16 => out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
+            _ => out.extend_from_slice(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
