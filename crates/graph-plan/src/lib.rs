@@ -45,5 +45,5 @@ pub use graph_passes::{
     device::{DeviceProfile, LaunchEstimate},
     fusion::{FusionCaps, FusionOptions, GroupKind},
     memory::{MemoryOptions, Region},
-    target::Target,
+    target::{Effort, Target},
 };
