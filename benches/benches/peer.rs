@@ -1,7 +1,7 @@
 //! cuplan against its peer, oxicuda-graph 0.5.5: the same synthetic graphs planned by both (see
 //! `cuplan_benches::peer`), per family, size and stream count. Each benchmark id names the system; the ratio
-//! (oxicuda time / cuplan time) and both pools over our bound are printed once per graph, as
-//! `cargo xtask bench`'s peer table gives them.
+//! (oxicuda time / cuplan time, medians of three interleaved builds) and both pools over our bound are printed
+//! once per graph, as `cargo xtask bench`'s peer table gives them.
 //!
 //! `cargo bench -p cuplan-benches --bench peer`. `CUPLAN_PEER_SIZES=1000,10000,100000` changes the sizes
 //! (default 1,000 and 10,000: oxicuda needs seconds per build from 100,000 nodes up).
@@ -41,7 +41,7 @@ fn bench(c: &mut Criterion) {
                 }
             };
             for streams in [1usize, 4] {
-                match peer::compare(&g, streams, 1) {
+                match peer::compare(&g, streams, 3) {
                     Ok(cmp) => eprintln!(
                         "peer {} {n} nodes {streams} streams: ratio {:.2}, pool/bound cuplan {:.2} oxicuda {:.2}",
                         f.name(),

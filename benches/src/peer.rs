@@ -32,7 +32,8 @@ pub fn to_oxicuda(graph: &ComputeGraph) -> Result<oxicuda_graph::ComputeGraph> {
     }
     for &n in &order.order {
         let node = graph.node(n);
-        let elements: usize = node.outputs.iter().map(|&t| graph.tensor(t).shape.numel().unwrap_or(1)).max().unwrap_or(1);
+        let elements: usize =
+            node.outputs.iter().map(|&t| graph.tensor(t).shape.numel().unwrap_or(1)).max().unwrap_or(1);
         let blocks = u32::try_from(elements.div_ceil(THREADS as usize).max(1)).unwrap_or(u32::MAX);
         let fusible = matches!(node.op.category(), OpCategory::Elementwise | OpCategory::View);
         b.add_kernel(&node.name, blocks, THREADS, 0)
@@ -112,11 +113,8 @@ mod tests {
         let peer = to_oxicuda(&g).unwrap();
         assert_eq!(peer.node_count(), g.num_nodes());
         assert_eq!(peer.buffer_count(), g.num_tensors());
-        let naive: u64 = g
-            .tensors()
-            .filter(|(_, t)| t.role == TensorRole::Intermediate)
-            .map(|(_, t)| t.size_bytes() as u64)
-            .sum();
+        let naive: u64 =
+            g.tensors().filter(|(_, t)| t.role == TensorRole::Intermediate).map(|(_, t)| t.size_bytes() as u64).sum();
         let c = compare(&g, 4, 1).unwrap();
         assert!(c.oxicuda_pool > 0 && c.oxicuda_pool <= naive, "{} of naive {naive}", c.oxicuda_pool);
         assert!(c.cuplan_pool >= c.bound && c.bound > 0);

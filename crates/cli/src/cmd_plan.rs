@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
 use graph_plan::{
-    run_pipeline, verify, DeviceProfile, Effort, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError, PlanOptions,
+    run_pipeline, verify, DeviceProfile, Effort, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError,
+    PlanOptions,
 };
 use std::path::PathBuf;
 use std::time::Instant;
