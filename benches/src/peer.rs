@@ -93,7 +93,7 @@ pub fn compare(graph: &ComputeGraph, streams: usize, reps: usize) -> Result<Comp
         let plan = ExecutionPlan::build_with(graph, &opts).with_context(|| format!("planning '{}'", graph.name()))?;
         ours.push(t0.elapsed().as_secs_f64() * 1e3);
         cuplan_pool = plan.pool_bytes as u64;
-        bound = plan.stats.lower_bound_bytes;
+        bound = plan.stats().lower_bound_bytes;
     }
     Ok(Comparison { oxicuda_ms: median(&mut theirs), cuplan_ms: median(&mut ours), oxicuda_pool, cuplan_pool, bound })
 }

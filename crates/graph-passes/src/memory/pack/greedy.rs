@@ -402,7 +402,8 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 pub(crate) fn sort_by_start(ranges: &mut Vec<Range>, grain: u64, slots: &mut Vec<u64>) {
     let top = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let limit = 4 * ranges.len() as u64 + 64;
-    let countable = grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0 % grain == 0 && r.1 > r.0);
+    let countable =
+        grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0.is_multiple_of(grain) && r.1 > r.0);
     if !countable {
         ranges.sort_unstable();
         return;
@@ -763,7 +764,7 @@ mod tests {
 
     #[test]
     fn gaps_best_and_first_fit() {
-        let occ = vec![(0, 4), (6, 10), (11, 20), (30, 40)];
+        let occ = [(0, 4), (6, 10), (11, 20), (30, 40)];
         assert_eq!(choose_gap(&occ, 1, Fit::Best), 10);
         assert_eq!(choose_gap(&occ, 1, Fit::First), 4);
         assert_eq!(choose_gap(&occ, 5, Fit::Best), 20);
