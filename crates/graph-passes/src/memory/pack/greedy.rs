@@ -402,8 +402,7 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 pub(crate) fn sort_by_start(ranges: &mut Vec<Range>, grain: u64, slots: &mut Vec<u64>) {
     let top = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let limit = 4 * ranges.len() as u64 + 64;
-    let countable =
-        grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0.is_multiple_of(grain) && r.1 > r.0);
+    let countable = grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0 % grain == 0 && r.1 > r.0);
     if !countable {
         ranges.sort_unstable();
         return;
