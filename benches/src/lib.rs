@@ -5,6 +5,8 @@
 //! Everything here is deterministic: a family at a size is always the same graph, so that numbers from
 //! different runs (and from criterion and the xtask report) describe the same inputs.
 
+pub mod peer;
+
 use anyhow::{bail, Context, Result};
 use exec_sim::{TimingOptions, TimingReport};
 use graph_ir::{synth, ComputeGraph};

@@ -4,7 +4,8 @@ use anyhow::{bail, Context, Result};
 use graph_ir::ComputeGraph;
 use graph_passes::precision::{parse_keep_f32, Precision, PrecisionError, PrecisionPolicy};
 use graph_plan::{
-    run_pipeline, verify, DeviceProfile, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError, PlanOptions,
+    run_pipeline, verify, DeviceProfile, Effort, ExecutionPlan, InternalError, OrderStrategy, Pass, PlanError,
+    PlanOptions,
 };
 use std::path::PathBuf;
 use std::time::Instant;
@@ -62,6 +63,11 @@ pub struct PlanFlags {
     /// Graph inputs and outputs: `declared` keeps their dtype, `half` stores them in the plan's precision too.
     #[arg(long, value_enum, default_value_t = IoPrecision::Declared)]
     pub io_precision: IoPrecision,
+    /// Planning effort: fast, default or max (as TensorRT's builder optimisation level). Search stages run only
+    /// where the greedy result is above its bound, with budgets that scale with the graph: fast a tenth of the
+    /// default's, max ten times.
+    #[arg(long, value_enum, default_value_t = EffortFlag::Default)]
+    pub effort: EffortFlag,
 }
 
 /// `--io-precision`.
@@ -71,6 +77,27 @@ pub enum IoPrecision {
     Declared,
     /// Graph inputs and outputs are stored in the plan's precision.
     Half,
+}
+
+/// Planning effort (see `PlanOptions::effort`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EffortFlag {
+    /// A tenth of the default's search budgets.
+    Fast,
+    /// Budgets linear in the graph's size, capped; today's plan quality.
+    Default,
+    /// Ten times the default's budgets.
+    Max,
+}
+
+impl From<EffortFlag> for Effort {
+    fn from(e: EffortFlag) -> Effort {
+        match e {
+            EffortFlag::Fast => Effort::Fast,
+            EffortFlag::Default => Effort::Default,
+            EffortFlag::Max => Effort::Max,
+        }
+    }
 }
 
 impl PlanFlags {
@@ -100,6 +127,7 @@ impl PlanFlags {
             Order::Memory => OrderStrategy::Memory,
         };
         o.precision = self.policy()?;
+        o.effort = self.effort.into();
         o.validate()?;
         Ok(o)
     }

@@ -140,3 +140,26 @@ fn deterministic_for_a_seed() {
     let b2 = pack::pack(&buffers, &o).unwrap();
     assert_eq!(a, b2);
 }
+
+#[test]
+fn greedy_runs_stop_at_the_bound_and_within_their_work_budget() {
+    // The online allocator reaches the bound of this chain-like instance (each buffer dies as the next starts):
+    // no gap-scanning run follows.
+    let easy: Vec<Buffer> = (0..50).map(|i| b(i, i + 2, 256)).collect();
+    let p = pack::pack(&easy, &opts(256)).unwrap();
+    assert_eq!(p.height, p.lower_bound);
+    assert_eq!(p.stats.greedy_runs, 1);
+    // Here every greedy run is above the bound (12 against 11): with budget for them all, all 13 runs are made;
+    // with none, the online run alone.
+    let hard = [b(5, 7, 5), b(0, 3, 1), b(0, 1, 5), b(0, 4, 2), b(3, 4, 5), b(1, 5, 4)];
+    let greedy = |work: Option<u64>| {
+        let budget = Budget { greedy_work: work, ..Budget::greedy_only() };
+        pack::pack(&hard, &PackOptions { budget, ..PackOptions::default() }).unwrap()
+    };
+    assert_eq!(greedy(None).stats.greedy_runs, 13);
+    assert_eq!(greedy(None).height, 12);
+    let online_only = greedy(Some(0));
+    assert_eq!(online_only.stats.greedy_runs, 1);
+    assert!(online_only.height >= 12);
+    check(&hard, &online_only.offsets).unwrap();
+}

@@ -34,7 +34,7 @@ use graph_passes::memory::{self, MemoryOptions, MemoryPlan};
 use graph_passes::order;
 use graph_passes::precision::{self, PrecisionPolicy, PrecisionReport};
 use graph_passes::stream::{self, StreamOptions, StreamPlan};
-use graph_passes::target::Target;
+use graph_passes::target::{Effort, Target};
 use graph_passes::topo::{self, TopoOrder};
 use graph_passes::{InternalError, PlanError, PlanResult};
 use serde::{Deserialize, Serialize};
@@ -151,6 +151,10 @@ pub struct PlanOptions {
     /// Storage precision and its exceptions (fp32 by default: no transform).
     #[serde(default)]
     pub precision: PrecisionPolicy,
+    /// How much search the passes may spend beyond their greedy answers (`fast`, `default`, `max`; the
+    /// analogue of TensorRT's builder optimisation level). Budgets scale with the graph.
+    #[serde(default)]
+    pub effort: Effort,
 }
 
 impl Default for PlanOptions {
@@ -162,6 +166,7 @@ impl Default for PlanOptions {
             device: DeviceProfile::default(),
             order: OrderStrategy::Given,
             precision: PrecisionPolicy::default(),
+            effort: Effort::Default,
         }
     }
 }
@@ -183,7 +188,7 @@ impl PlanOptions {
 
     /// The target these options plan for: the one place the stream limit and the device are read.
     pub fn target(&self) -> Target {
-        Target::new(self.max_streams, self.device.clone())
+        Target::new(self.max_streams, self.device.clone()).with_effort(self.effort)
     }
 
     /// Check the options, naming the field at fault.

@@ -50,5 +50,5 @@ pub use graph_passes::{
     device::{DeviceProfile, LaunchEstimate},
     fusion::{FusionCaps, FusionOptions, GroupKind},
     memory::{MemoryOptions, Region},
-    target::Target,
+    target::{Effort, Target},
 };

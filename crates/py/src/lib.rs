@@ -24,7 +24,7 @@ use cuplan::load::{self as cli_load, Format, GraphArgs, Loaded};
 use exec_sim::{Schedule, SimExecutor, SimOptions};
 use graph_ir::ComputeGraph;
 use graph_plan::{
-    run_pipeline, verify, BindingRole, DType, DeviceProfile, ExecutionPlan, HostTensor, OrderStrategy, Pass,
+    run_pipeline, verify, BindingRole, DType, DeviceProfile, Effort, ExecutionPlan, HostTensor, OrderStrategy, Pass,
     PlanOptions, Shape, StreamId, TensorMap,
 };
 use numpy::{PyArray1, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -198,6 +198,7 @@ fn load(py: Python<'_>, source: &Bound<'_, PyAny>, dims: Option<&Bound<'_, PyDic
 }
 
 /// Options of [`plan`](fn@plan), as the CLI's `PlanFlags::options` builds them.
+#[allow(clippy::too_many_arguments)] // one per keyword of `plan`
 fn plan_options(
     streams: i64,
     fusion: bool,
@@ -205,6 +206,7 @@ fn plan_options(
     concurrent_lifetimes: bool,
     order: &str,
     device: &str,
+    effort: &str,
 ) -> PyResult<PlanOptions> {
     let streams =
         usize::try_from(streams).map_err(|_| PlanError::new_err(format!("streams {streams}: must be at least 1")))?;
@@ -221,6 +223,7 @@ fn plan_options(
         "memory" => OrderStrategy::Memory,
         other => return Err(PlanError::new_err(format!("--order {other:?}: expected given or memory"))),
     };
+    o.effort = effort.parse::<Effort>().map_err(|e| PlanError::new_err(format!("effort: {e}")))?;
     o.validate().map_err(|e| plan_err(&e))?;
     Ok(o)
 }
@@ -237,9 +240,9 @@ struct Plan {
 
 /// Compile `graph` into a verified plan (the CLI's `cuplan plan`): at most `streams` CUDA streams, fusion and
 /// memory reuse on or off, `order` "given" or "memory", `device` "h200" or "small", `concurrent_lifetimes`
-/// trading pool bytes for overlap.
+/// trading pool bytes for overlap, `effort` "fast", "default" or "max" (the search budgets, as `--effort`).
 #[pyfunction]
-#[pyo3(signature = (graph, streams = 1, fusion = true, reuse = true, order = "given", device = "h200", concurrent_lifetimes = false))]
+#[pyo3(signature = (graph, streams = 1, fusion = true, reuse = true, order = "given", device = "h200", concurrent_lifetimes = false, effort = "default"))]
 #[allow(clippy::too_many_arguments)]
 fn plan(
     py: Python<'_>,
@@ -250,8 +253,9 @@ fn plan(
     order: &str,
     device: &str,
     concurrent_lifetimes: bool,
+    effort: &str,
 ) -> PyResult<Plan> {
-    let opts = plan_options(streams, fusion, reuse, concurrent_lifetimes, order, device)?;
+    let opts = plan_options(streams, fusion, reuse, concurrent_lifetimes, order, device, effort)?;
     let g = Arc::clone(&graph.graph);
     let (built, compile_ms) = py.detach(|| {
         let t0 = Instant::now();
@@ -604,7 +608,7 @@ fn plan_set(
     device: &str,
     pad_safe: Option<Vec<String>>,
 ) -> PyResult<PlanSet> {
-    let opts = plan_options(streams, fusion, reuse, false, order, device)?;
+    let opts = plan_options(streams, fusion, reuse, false, order, device, "default")?;
     let path: std::path::PathBuf = source
         .extract()
         .map_err(|_| GraphError::new_err("plan_set: expected a model path (str or os.PathLike)".to_string()))?;

@@ -64,6 +64,10 @@ pub struct Sizes {
     pub stop_above_ms: f64,
     /// onnxruntime session repetitions.
     pub ort_reps: usize,
+    /// Node counts of the comparison with oxicuda-graph (1 and 4 streams each).
+    pub peer: Vec<usize>,
+    /// Interleaved repetitions of each system in that comparison.
+    pub peer_reps: usize,
     /// Search effort of the packing core on the MiniMalloc instances (`None`: its default budget, which may
     /// search for seconds per instance).
     pub pack_effort: Option<u64>,
@@ -84,6 +88,8 @@ impl Sizes {
                 big_from: 100_000,
                 stop_above_ms: 5_000.0,
                 ort_reps: 3,
+                peer: vec![1_000],
+                peer_reps: 3,
                 pack_effort: Some(QUICK_PACK_EFFORT),
             }
         } else {
@@ -98,6 +104,8 @@ impl Sizes {
                 big_from: 300_000,
                 stop_above_ms: 30_000.0,
                 ort_reps: 7,
+                peer: vec![1_000, 10_000, 100_000],
+                peer_reps: 3,
                 pack_effort: None,
             }
         }
@@ -258,6 +266,25 @@ pub fn run(opts: &BenchOpts) -> Result<()> {
     // Plan sets of the dynamic models.
     p.say("plan sets of the dynamic models");
     r.sets = sets::measure(&sizes.small)?;
+    // The peer: the same graphs in oxicuda-graph 0.5.5.
+    for f in Family::ALL {
+        for &n in &sizes.peer {
+            let g = f.build(n)?;
+            for streams in [1, 4] {
+                p.say(format_args!("peer {} at {n} nodes, {streams} streams", f.name()));
+                let c = cuplan_benches::peer::compare(&g, streams, sizes.peer_reps)?;
+                r.peers.push(report::PeerRow {
+                    family: f.name().into(),
+                    nodes: g.num_nodes(),
+                    streams,
+                    oxicuda_ms: c.oxicuda_ms,
+                    cuplan_ms: c.cuplan_ms,
+                    oxicuda_pool_ratio: cuplan_benches::peer::Comparison::pool_ratio(c.oxicuda_pool, c.bound),
+                    cuplan_pool_ratio: cuplan_benches::peer::Comparison::pool_ratio(c.cuplan_pool, c.bound),
+                });
+            }
+        }
+    }
 
     r.duration_s = started.elapsed().as_secs_f64();
     r.cpu_s = clock::cpu_ns().map(|ns| ns as f64 / 1e9);

@@ -120,6 +120,8 @@ pub struct Report {
     pub orders: Vec<OrderRow>,
     /// Dynamic models planned as sets of buckets.
     pub sets: Vec<super::sets::SetRow>,
+    /// The same graphs planned by oxicuda-graph 0.5.5 and by cuplan.
+    pub peers: Vec<PeerRow>,
     /// Other remarks.
     pub notes: Vec<String>,
     /// Seconds the run took.
@@ -643,6 +645,22 @@ pub fn markdown(r: &Report) -> String {
     }
 
     super::sets::section(&mut s, &r.sets);
+    // The peer.
+    let _ = writeln!(s, "## Against oxicuda-graph 0.5.5\n");
+    if r.peers.is_empty() {
+        let _ = writeln!(s, "Not measured.\n");
+    } else {
+        let _ = writeln!(
+            s,
+            "The same synthetic graphs built in oxicuda-graph 0.5.5 (`cuplan_benches::peer`: a kernel node per graph \
+             node, a buffer per tensor) and planned by both at default options, interleaved runs, medians. Ratio = \
+             oxicuda ms / cuplan ms (above 1: cuplan is faster). Pools over cuplan's lower bound for its launch \
+             order (DESIGN.md 5).\n"
+        );
+        let rows: Vec<Vec<String>> = r.peers.iter().map(peer_cells).collect();
+        s.push_str(&md_table(&PEER_HEADER, &[Align::Left], &rows));
+        s.push('\n');
+    }
 
     // Plots.
     let _ = writeln!(s, "## Plots\n");
@@ -1181,4 +1199,38 @@ mod tests {
         assert!(md.contains("**Bound n/a:**"), "{md}");
         assert!(!md.contains("`reuse_edges`: n/a"), "{md}");
     }
+}
+
+/// One graph planned by both systems (see `cuplan_benches::peer`).
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerRow {
+    /// Family.
+    pub family: String,
+    /// Nodes of the graph.
+    pub nodes: usize,
+    /// Streams.
+    pub streams: usize,
+    /// Median ms of oxicuda-graph's `ExecutionPlan::build`.
+    pub oxicuda_ms: f64,
+    /// Median ms of cuplan's `ExecutionPlan::build_with`.
+    pub cuplan_ms: f64,
+    /// oxicuda's pool over cuplan's lower bound.
+    pub oxicuda_pool_ratio: f64,
+    /// cuplan's pool over its lower bound.
+    pub cuplan_pool_ratio: f64,
+}
+
+const PEER_HEADER: [&str; 7] =
+    ["family", "nodes", "streams", "oxicuda ms", "cuplan ms", "ratio", "pool/bound oxicuda / cuplan"];
+
+fn peer_cells(p: &PeerRow) -> Vec<String> {
+    vec![
+        p.family.clone(),
+        fmt::count(p.nodes as u64),
+        p.streams.to_string(),
+        format!("{:.1}", p.oxicuda_ms),
+        format!("{:.1}", p.cuplan_ms),
+        fmt::ratio(ratio(p.oxicuda_ms, p.cuplan_ms)),
+        format!("{} / {}", fmt::ratio(p.oxicuda_pool_ratio), fmt::ratio(p.cuplan_pool_ratio)),
+    ]
 }

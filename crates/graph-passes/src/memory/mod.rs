@@ -42,7 +42,7 @@ use crate::fusion::FusionPlan;
 use crate::group_graph::GroupGraph;
 use crate::ids::GroupId;
 use crate::interval::Interval;
-use crate::target::Target;
+use crate::target::{Effort, Target};
 use model::PoolModel;
 use reach::Reach;
 use regions::{align_up, Classes};
@@ -119,8 +119,10 @@ pub struct MemoryOptions {
     /// Largest pool accepted; above it planning fails with an error.
     pub max_pool_bytes: u64,
     /// Deterministic effort budget for the packer's exact search (work units, about 10^8 per second; 0: greedy
-    /// portfolio only). Spent only on components the greedy result leaves above their lower bound.
-    pub pack_effort: u64,
+    /// portfolio only). Spent only on components the greedy result leaves above their lower bound. `None`: the
+    /// target's effort level decides ([`search_budgets`]).
+    #[serde(default)]
+    pub pack_effort: Option<u64>,
     /// Seed for the packer.
     pub seed: u64,
     /// Among places of equal cost, prefer reuse the DAG already orders, and hand over bytes in place only when
@@ -139,9 +141,31 @@ pub struct MemoryOptions {
     pub layout: Option<SharedLayout>,
 }
 
-/// The packer's default effort for graphs: at most about 0.1 s of search, spent only where the greedy result is
-/// above the lower bound.
+/// The cap of the packer's search effort at the default level: at most about 0.1 s of search, spent only where
+/// the greedy result is above the lower bound.
 pub const DEFAULT_PACK_EFFORT: u64 = 10_000_000;
+
+/// The memory pass's budgets for `units` pool units at `effort`: each linear in the size, capped, and spent
+/// only where the greedy answer is above its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SearchBudgets {
+    /// The packer's exact search (work units).
+    pub pack_search: u64,
+    /// The packer's gap-scanning greedy runs beyond the online allocator (placed-buffer comparisons).
+    pub pack_greedy: u64,
+    /// The ordered-reuse preference's revisits (neighbour units looked at).
+    pub prefer_ordered: u64,
+}
+
+/// The budgets of [`SearchBudgets`] for `units` units at `effort` (the default level's caps are today's fixed
+/// budgets, reached from about 5,000 units up; smaller graphs get less).
+pub fn search_budgets(units: usize, effort: Effort) -> SearchBudgets {
+    SearchBudgets {
+        pack_search: effort.scaled(units, 2_000, 1_000_000, DEFAULT_PACK_EFFORT),
+        pack_greedy: effort.scaled(units, 8_000, 4_000_000, pack::WORK_LIMIT),
+        prefer_ordered: effort.scaled(units, 128, 1 << 20, u64::MAX),
+    }
+}
 
 impl Default for MemoryOptions {
     fn default() -> Self {
@@ -150,7 +174,7 @@ impl Default for MemoryOptions {
             in_place: true,
             alignment: 256,
             max_pool_bytes: 1 << 48,
-            pack_effort: DEFAULT_PACK_EFFORT,
+            pack_effort: None,
             seed: 0,
             prefer_ordered_reuse: true,
             concurrent_lifetimes: false,
@@ -288,9 +312,10 @@ pub fn analyse(
         concurrent::extend(groups, &mut units.live, &units.last, &froms);
     }
     let unit_bufs = pack_input(&units.live);
+    let budgets = search_budgets(unit_bufs.len(), target.effort);
 
     // 4. Offsets.
-    let (mut unit_off, pool_optimal) = unit_offsets(graph, &unit_bufs, opts, a)?;
+    let (mut unit_off, pool_optimal) = unit_offsets(graph, &unit_bufs, opts, &budgets, a)?;
     let pool_bytes =
         unit_bufs.iter().zip(&unit_off).map(|(b, &o)| o.saturating_add(align_up(b.size, a))).max().unwrap_or(0);
 
@@ -305,7 +330,7 @@ pub fn analyse(
                 froms: froms[units.last[u].index()],
             })
             .collect();
-        let stats = reuse::prefer_ordered(&mut placed, pool_bytes, &mut reach);
+        let stats = reuse::prefer_ordered(&mut placed, pool_bytes, &mut reach, budgets.prefer_ordered);
         tracing::debug!(revisited = stats.revisited, moved = stats.moved, "memory: ordered-reuse preference");
         unit_off = placed.iter().map(|u| u.offset).collect();
         pack::check(&unit_bufs, &unit_off).map_err(|v| bug(format!("ordered-reuse moves broke the layout: {v}")))?;
@@ -377,6 +402,7 @@ fn unit_offsets(
     graph: &ComputeGraph,
     unit_bufs: &[pack::Buffer],
     opts: &MemoryOptions,
+    budgets: &SearchBudgets,
     a: u64,
 ) -> Result<(Vec<u64>, bool), PlanError> {
     if !opts.reuse {
@@ -384,7 +410,11 @@ fn unit_offsets(
     }
     let popts = pack::PackOptions {
         alignment: a,
-        budget: pack::Budget { effort: opts.pack_effort, time_limit: None },
+        budget: pack::Budget {
+            effort: opts.pack_effort.unwrap_or(budgets.pack_search),
+            time_limit: None,
+            greedy_work: Some(budgets.pack_greedy),
+        },
         seed: opts.seed,
     };
     let p = pack::pack(unit_bufs, &popts).map_err(|e| match e {

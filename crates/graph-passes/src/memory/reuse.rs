@@ -137,7 +137,7 @@ pub(crate) struct PreferStats {
 
 /// Move units whose place adds orderings to equally good places that add none (see the module docs). `height`
 /// is the pool size the packer reached; no unit ends above it.
-pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>) -> PreferStats {
+pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>, budget: u64) -> PreferStats {
     let n = units.len();
     let mut by_start: Vec<usize> = (0..n).collect();
     by_start.sort_by_key(|&i| (units[i].live.start, i));
@@ -145,6 +145,10 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     // Units already swept that may still be live: (end, unit).
     let mut active: BTreeSet<(u32, usize)> = BTreeSet::new();
     let mut stats = PreferStats::default();
+    let mut work_left = budget;
+    // Offsets are sums of unit sizes: multiples of their common divisor (`sort_by_start` checks it).
+    let grain = units.iter().fold(0u64, |g, u| crate::memory::pack::gcd(g, u.size));
+    let mut slots = Vec::new();
     let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: GroupId| {
         occupants.iter().any(|&j| units[j as usize].froms.iter().any(|&f| !reach.ordered(f, writer)))
@@ -159,15 +163,16 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
         }
         let (size, writer) = (units[i].size, units[i].writer);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
-        if adds_order(reach, units, &here, writer) {
+        if work_left > 0 && adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
             // Byte ranges of every unit live at the same time as this one.
             let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end).copied();
             let neighbours: Vec<usize> = active.iter().map(|&(_, j)| j).chain(later).take(MAX_NEIGHBOURS + 1).collect();
+            work_left = work_left.saturating_sub(neighbours.len() as u64 + 1);
             if neighbours.len() <= MAX_NEIGHBOURS {
                 let mut taken: Vec<(u64, u64)> =
                     neighbours.iter().map(|&j| (units[j].offset, units[j].offset + units[j].size)).collect();
-                taken.sort_unstable();
+                crate::memory::pack::sort_by_start(&mut taken, grain, &mut slots);
                 let mut best: Option<(u64, u64)> = None; // (gap length, offset)
                 let mut cursor = 0u64;
                 let mut gaps = 0usize;
@@ -234,7 +239,7 @@ mod tests {
             Unit { live: Interval::new(0, 1), size: 256, offset: 256, writer: g(2), froms: &[GroupId(2)] },
             Unit { live: Interval::new(1, 2), size: 256, offset: 256, writer: g(3), froms: &[GroupId(3)] },
         ];
-        let s = prefer_ordered(&mut units, 512, &mut reach);
+        let s = prefer_ordered(&mut units, 512, &mut reach, u64::MAX);
         assert_eq!(s, PreferStats { revisited: 1, moved: 1 });
         assert_eq!(units[2].offset, 0);
     }

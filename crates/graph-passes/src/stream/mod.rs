@@ -307,7 +307,8 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
             if small {
                 let _s = tracing::debug_span!("merge").entered();
                 let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
-                if chains.chains.len().saturating_mul(kk).saturating_mul(n) <= REFINE_BUDGET {
+                let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
+                if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
                     refine(&mut merged, &chains.chains, &chains.chain_of, &reduced, &time, &occ, &top, &bottom, kk);
                 }
                 candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
@@ -354,8 +355,8 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
 }
 
 /// Most `chains x streams x groups` for which the chain merge is refined by simulation (each move costs one
-/// simulation of every group).
-const REFINE_BUDGET: usize = 1 << 22;
+/// simulation of every group), at the default effort (a tenth at `fast`, ten times at `max`).
+const REFINE_BUDGET: u64 = 1 << 22;
 
 /// Modelled makespan of `stream_of` in group order, every cross-stream edge of `reduced` a dependency (the
 /// schedule the minimal waits give, without computing them).

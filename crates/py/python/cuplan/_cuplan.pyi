@@ -58,6 +58,7 @@ def plan(
     order: Literal["given", "memory"] = "given",
     device: Literal["h200", "small"] = "h200",
     concurrent_lifetimes: bool = False,
+    effort: Literal["fast", "default", "max"] = "default",
 ) -> Plan:
     """Compile ``graph`` into a verified execution plan (``cuplan plan``). Raises ``PlanError``."""
 

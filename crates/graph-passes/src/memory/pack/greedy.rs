@@ -87,16 +87,23 @@ pub(crate) struct Portfolio {
     pub component_heights: Vec<u64>,
     /// The run that laid out each component.
     pub component_runs: Vec<(Order, Fit)>,
-    /// The best height a single run reached on the whole instance.
+    /// The best height a single run reached on the whole instance (components an earlier run settled at their
+    /// bound counted at it).
     pub best_single_height: u64,
+    /// Runs made (the online run included).
+    pub runs: usize,
 }
 
-/// Most placed-buffer comparisons (summed over the runs) the gap-scanning runs may cost; runs beyond it are left
-/// out, keeping the portfolio near-linear when many buffers are live at once (a random DAG's long lifetimes).
-const WORK_LIMIT: u64 = 40_000_000;
+/// Most placed-buffer comparisons (summed over the runs) the gap-scanning runs may cost by default; runs beyond it
+/// are left out, keeping the portfolio near-linear when many buffers are live at once (a random DAG's long
+/// lifetimes). [`Budget::greedy_work`](super::Budget::greedy_work) overrides it.
+pub const WORK_LIMIT: u64 = 40_000_000;
 
-/// Runs the online allocator and every (order, fit) pair the work limit allows; keeps the best run per component.
-pub(crate) fn portfolio(inst: &Instance) -> Result<Portfolio, PackError> {
+/// Runs the online allocator, then every (order, fit) pair the work limit allows on the components still above
+/// their lower bound (a component at its bound cannot improve, and components never share a section, so a run
+/// restricted to the open ones lays them out exactly as a run over everything would); stops when none is open.
+/// Keeps the best run per component (the earliest on ties).
+pub(crate) fn portfolio(inst: &Instance, work_limit: u64) -> Result<Portfolio, PackError> {
     let n = inst.len();
     let nc = inst.components.len();
     let all: Vec<(Order, Fit)> = if n > HUGE {
@@ -106,47 +113,73 @@ pub(crate) fn portfolio(inst: &Instance) -> Result<Portfolio, PackError> {
     } else {
         Order::ALL.iter().flat_map(|&o| [(o, Fit::Best), (o, Fit::First)]).collect()
     };
-    // One gap-scanning run costs about the sum, over buffers, of the buffers live when each starts.
-    let per_run = overlap_work(inst).max(1);
-    let allowed = usize::try_from(WORK_LIMIT / per_run).unwrap_or(usize::MAX);
+    // One gap-scanning run costs about the sum, over its buffers, of the buffers live when each starts.
+    let comp_work = overlap_work(inst);
     let mut runs: Vec<(Order, Fit)> = vec![(Order::Start, Fit::Online)];
-    runs.extend(all.into_iter().take(allowed));
+    runs.extend(all);
     let mut index = PlacedIndex::new(inst);
     let mut offsets = vec![0u64; n];
     let mut run_offsets = vec![0u64; n];
     let mut comp_best = vec![u64::MAX; nc];
     let mut comp_runs = vec![runs[0]; nc];
     let mut best_single = u64::MAX;
-    let mut comp_h = vec![0u64; nc];
+    let mut open = vec![true; nc];
+    let mut work_left = work_limit;
+    let mut made = 0usize;
     for &(order, fit) in &runs {
         if fit == Fit::Online {
             online(inst, &mut run_offsets)?;
         } else {
-            let seq = ordering(inst, order);
+            let cost = comp_work.iter().zip(&open).filter(|(_, &o)| o).map(|(&w, _)| w).sum::<u64>().max(1);
+            if cost > work_left {
+                break;
+            }
+            work_left -= cost;
+            let mut seq = ordering(inst, order);
+            seq.retain(|&i| open[inst.comp_of[i as usize] as usize]);
             run(inst, &seq, fit, &mut index, &mut run_offsets)?;
         }
-        // Heights relative to each component's base (`run` checked that every top fits in u64).
+        // Heights relative to each component's base (`run` checked that every top fits in u64); a settled
+        // component counts at its best (its bound), which no run can beat.
+        let mut single = 0u64;
         for (c, comp) in inst.components.iter().enumerate() {
-            comp_h[c] = comp.members.iter().map(|&i| run_offsets[i] + inst.size[i]).max().unwrap_or(0);
-        }
-        let single =
-            inst.components.iter().zip(&comp_h).map(|(comp, &h)| comp.base.saturating_add(h)).max().unwrap_or(0);
-        best_single = best_single.min(single);
-        for c in 0..nc {
-            if comp_h[c] < comp_best[c] {
-                comp_best[c] = comp_h[c];
-                comp_runs[c] = (order, fit);
-                for &i in &inst.components[c].members {
-                    offsets[i] = run_offsets[i];
+            let h = if open[c] {
+                let h = comp.members.iter().map(|&i| run_offsets[i] + inst.size[i]).max().unwrap_or(0);
+                if h < comp_best[c] {
+                    comp_best[c] = h;
+                    comp_runs[c] = (order, fit);
+                    for &i in &comp.members {
+                        offsets[i] = run_offsets[i];
+                    }
                 }
-            }
+                h
+            } else {
+                comp_best[c]
+            };
+            single = single.max(comp.base.saturating_add(h));
+        }
+        best_single = best_single.min(single);
+        made += 1;
+        tracing::debug!(%order, %fit, single, open = open.iter().filter(|&&o| o).count(), "pack: greedy run");
+        for (c, comp) in inst.components.iter().enumerate() {
+            open[c] = open[c] && comp_best[c] > comp.lower_bound;
+        }
+        if !open.contains(&true) {
+            break;
         }
     }
-    Ok(Portfolio { offsets, component_heights: comp_best, component_runs: comp_runs, best_single_height: best_single })
+    Ok(Portfolio {
+        offsets,
+        component_heights: comp_best,
+        component_runs: comp_runs,
+        best_single_height: best_single,
+        runs: made,
+    })
 }
 
-/// Sum over the free buffers of how many free buffers cover the section where each starts. O(n + T).
-fn overlap_work(inst: &Instance) -> u64 {
+/// Per component, the sum over its free buffers of how many free buffers cover the section where each starts:
+/// the cost of one gap-scanning run over it. O(n + T).
+fn overlap_work(inst: &Instance) -> Vec<u64> {
     let t = inst.num_sections;
     let mut delta = vec![0i64; t + 1];
     for &i in &inst.free {
@@ -160,7 +193,12 @@ fn overlap_work(inst: &Instance) -> u64 {
         c += delta[s];
         *l = c.max(0) as u64;
     }
-    inst.free.iter().map(|&i| live.get(inst.start[i as usize] as usize).copied().unwrap_or(0)).sum()
+    let mut work = vec![0u64; inst.components.len()];
+    for &i in &inst.free {
+        let i = i as usize;
+        work[inst.comp_of[i] as usize] += live.get(inst.start[i] as usize).copied().unwrap_or(0);
+    }
+    work
 }
 
 /// [`Fit::Online`]: replay time; free the buffers ending at each section, then give those starting there (larger
@@ -329,13 +367,17 @@ pub(crate) fn run(
     offsets: &mut [u64],
 ) -> Result<(), PackError> {
     index.clear();
+    // Every offset a run makes is 0 or the top of a placed buffer: a multiple of the sizes' common divisor.
+    let grain = inst.size.iter().fold(0u64, |g, &x| gcd(g, x));
     let mut occupied: Vec<Range> = Vec::new();
+    let mut slots: Vec<u64> = Vec::new();
     for &b in seq {
         let i = b as usize;
         let (s, e, size) = (inst.start[i], inst.end[i], inst.size[i]);
         occupied.clear();
         index.overlapping(s, e, &mut occupied);
-        let offset = choose_gap(&mut occupied, size, fit);
+        sort_by_start(&mut occupied, grain, &mut slots);
+        let offset = choose_gap(&occupied, size, fit);
         let top = offset.checked_add(size).ok_or(PackError::Overflow { index: inst.orig[i], size })?;
         offsets[i] = offset;
         index.insert((offset, top), s, e);
@@ -343,9 +385,41 @@ pub(crate) fn run(
     Ok(())
 }
 
-/// The offset for a buffer of `size` among the `occupied` byte ranges (unsorted, may overlap each other).
-fn choose_gap(occupied: &mut [(u64, u64)], size: u64, fit: Fit) -> u64 {
-    occupied.sort_unstable();
+/// Greatest common divisor (`gcd(0, x) = x`).
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Sorts non-empty byte ranges `(lo, hi)` by `lo`, keeping of the ranges that share a `lo` only the one reaching
+/// highest: the gap scans of [`choose_gap`] and the ordered-reuse preference read nothing else (a range that
+/// starts where an earlier one starts opens no gap). When every `lo` is a multiple of `grain` and the highest
+/// `hi` spans at most a few slots of `grain` per range, a counting pass over those slots replaces the comparison
+/// sort: O(k + top / grain) instead of O(k log k), which matters when thousands of placed buffers overlap each
+/// query (a random DAG's long lifetimes). `slots` is scratch space.
+pub(crate) fn sort_by_start(ranges: &mut Vec<Range>, grain: u64, slots: &mut Vec<u64>) {
+    let top = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let limit = 4 * ranges.len() as u64 + 64;
+    let countable = grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0 % grain == 0 && r.1 > r.0);
+    if !countable {
+        ranges.sort_unstable();
+        return;
+    }
+    slots.clear();
+    slots.resize((top / grain) as usize + 1, 0);
+    for &(lo, hi) in ranges.iter() {
+        let s = &mut slots[(lo / grain) as usize];
+        *s = (*s).max(hi);
+    }
+    ranges.clear();
+    ranges.extend(slots.iter().enumerate().filter(|(_, &hi)| hi > 0).map(|(k, &hi)| (k as u64 * grain, hi)));
+}
+
+/// The offset for a buffer of `size` among the `occupied` byte ranges, sorted by start (they may overlap each
+/// other).
+fn choose_gap(occupied: &[(u64, u64)], size: u64, fit: Fit) -> u64 {
     let mut cursor = 0u64;
     let mut best: Option<(u64, u64)> = None; // (gap length, offset)
     for &(lo, hi) in occupied.iter() {
@@ -689,10 +763,46 @@ mod tests {
 
     #[test]
     fn gaps_best_and_first_fit() {
-        let mut occ = vec![(0, 4), (6, 10), (11, 20), (30, 40)];
-        assert_eq!(choose_gap(&mut occ.clone(), 1, Fit::Best), 10);
-        assert_eq!(choose_gap(&mut occ.clone(), 1, Fit::First), 4);
-        assert_eq!(choose_gap(&mut occ.clone(), 5, Fit::Best), 20);
-        assert_eq!(choose_gap(&mut occ, 11, Fit::Best), 40);
+        let occ = [(0, 4), (6, 10), (11, 20), (30, 40)];
+        assert_eq!(choose_gap(&occ, 1, Fit::Best), 10);
+        assert_eq!(choose_gap(&occ, 1, Fit::First), 4);
+        assert_eq!(choose_gap(&occ, 5, Fit::Best), 20);
+        assert_eq!(choose_gap(&occ, 11, Fit::Best), 40);
+    }
+
+    #[test]
+    fn counting_sort_keeps_the_highest_range_per_start_and_matches_the_comparison_sort() {
+        let mut slots = Vec::new();
+        // Multiples of 4, few slots: the counting pass.
+        let mut r = vec![(8, 12), (0, 4), (8, 20), (4, 8), (0, 16)];
+        sort_by_start(&mut r, 4, &mut slots);
+        assert_eq!(r, vec![(0, 16), (4, 8), (8, 20)]);
+        // An offset off the grain: the comparison sort, every range kept.
+        let mut r = vec![(8, 12), (2, 4), (0, 4)];
+        sort_by_start(&mut r, 4, &mut slots);
+        assert_eq!(r, vec![(0, 4), (2, 4), (8, 12)]);
+        // Both paths give the same gaps on random ranges.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for round in 0..200 {
+            let k = 1 + round % 40;
+            let ranges: Vec<(u64, u64)> = (0..k)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let lo = (x % 64) * 8;
+                    (lo, lo + 8 * (1 + (x >> 20) % 6))
+                })
+                .collect();
+            let mut fast = ranges.clone();
+            sort_by_start(&mut fast, 8, &mut slots);
+            let mut slow = ranges.clone();
+            slow.sort_unstable();
+            for size in [8, 16, 40] {
+                for fit in [Fit::Best, Fit::First] {
+                    assert_eq!(choose_gap(&fast, size, fit), choose_gap(&slow, size, fit), "round {round}");
+                }
+            }
+        }
     }
 }

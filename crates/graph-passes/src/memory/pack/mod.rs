@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use greedy::{Fit, Order};
+pub(crate) use greedy::{gcd, sort_by_start};
+pub use greedy::{Fit, Order, WORK_LIMIT};
 pub use validate::{check, PackViolation};
 
 use instance::Instance;
@@ -77,6 +78,10 @@ pub struct Budget {
     pub effort: u64,
     /// Optional wall-clock limit for the search phase. When set, results may depend on machine speed.
     pub time_limit: Option<Duration>,
+    /// Most placed-buffer comparisons the greedy portfolio's gap-scanning runs may cost together (`None`:
+    /// [`greedy::WORK_LIMIT`]); the online run always runs. Spent only on components above their lower bound.
+    #[serde(default)]
+    pub greedy_work: Option<u64>,
 }
 
 impl Budget {
@@ -86,12 +91,12 @@ impl Budget {
 
     /// Greedy portfolio only, no search.
     pub fn greedy_only() -> Self {
-        Budget { effort: 0, time_limit: None }
+        Budget { effort: 0, time_limit: None, greedy_work: None }
     }
 
     /// A deterministic budget of `effort` work units.
     pub fn with_effort(effort: u64) -> Self {
-        Budget { effort, time_limit: None }
+        Budget { effort, time_limit: None, greedy_work: None }
     }
 
     /// The same budget, also stopped after `limit` of wall-clock time.
@@ -179,6 +184,10 @@ pub struct PackStats {
     pub greedy_height: u64,
     /// Height after taking the best greedy run per component.
     pub portfolio_height: u64,
+    /// Greedy runs made: the online run, then gap-scanning runs only while some component is above its lower
+    /// bound and the greedy work budget lasts.
+    #[serde(default)]
+    pub greedy_runs: usize,
     /// Search nodes visited.
     pub search_nodes: u64,
     /// Work units spent by the search.
@@ -277,8 +286,9 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
     }
 
     // Greedy portfolio, best run per component. Offsets and heights below are relative to component bases.
-    let portfolio = greedy::portfolio(&inst)?;
+    let portfolio = greedy::portfolio(&inst, opts.budget.greedy_work.unwrap_or(greedy::WORK_LIMIT))?;
     stats.greedy_height = portfolio.best_single_height.max(inst.pinned_height());
+    stats.greedy_runs = portfolio.runs;
     let mut offsets = portfolio.offsets;
     let mut comp_height = portfolio.component_heights;
     let mut comp_strategy: Vec<Strategy> =
