@@ -125,7 +125,7 @@ impl PlanSet {
             }
         }
         let dims = spec.members(&opts.fixed);
-        // Members load (and later plan) in parallel: they share nothing but the read-only model.
+        // Members load in parallel: they share nothing but the read-only model.
         let graphs: Vec<ComputeGraph> = dims
             .par_iter()
             .map(|d| load(d).map_err(|source| SetError::Load { dims: dims_label(d), source }))
