@@ -259,16 +259,7 @@ pub fn run(a: &RunArgs) -> Result<()> {
             }
         };
         println!("check against the reference plan (tolerance {:e} relative):", report.tolerance);
-        for o in &report.outputs {
-            println!(
-                "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
-                if o.passed { "ok  " } else { "FAIL" },
-                o.name,
-                o.max_abs_err,
-                o.max_rel_err,
-                if o.bitwise_equal { " (bitwise equal)" } else { "" }
-            );
-        }
+        report.outputs.iter().for_each(print_comparison);
         if !report.passed {
             bail!("--check: the optimised plan's outputs differ from the reference plan's");
         }
@@ -350,20 +341,25 @@ fn run_set(a: &RunArgs) -> Result<()> {
             };
             let o = exec_sim::compare(n, w, g, tolerance);
             passed &= o.passed;
-            println!(
-                "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
-                if o.passed { "ok  " } else { "FAIL" },
-                o.name,
-                o.max_abs_err,
-                o.max_rel_err,
-                if o.bitwise_equal { " (bitwise equal)" } else { "" }
-            );
+            print_comparison(&o);
         }
         if !passed {
             bail!("--check: the set's padded outputs differ from the exact plan's");
         }
     }
     Ok(())
+}
+
+/// One `--check` line: an output's errors against its reference, and whether it is bitwise equal.
+fn print_comparison(o: &exec_sim::OutputComparison) {
+    println!(
+        "  {} {}: max abs err {:.3e}, max rel err {:.3e}{}",
+        if o.passed { "ok  " } else { "FAIL" },
+        o.name,
+        o.max_abs_err,
+        o.max_rel_err,
+        if o.bitwise_equal { " (bitwise equal)" } else { "" }
+    );
 }
 
 /// The `--check` lines of a half-precision run.
