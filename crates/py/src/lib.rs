@@ -228,6 +228,15 @@ fn plan_options(
     Ok(o)
 }
 
+/// The simulator's `schedule` keyword ("submission" or "random" with `seed`), with the CLI's message.
+fn parse_schedule(schedule: &str, seed: u64) -> PyResult<Schedule> {
+    match schedule {
+        "submission" => Ok(Schedule::Submission),
+        "random" => Ok(Schedule::Random { seed }),
+        other => Err(RunError::new_err(format!("--schedule {other:?}: expected submission or random"))),
+    }
+}
+
 /// An execution plan: steps on streams over one memory pool, with its figures.
 #[pyclass(module = "cuplan", frozen)]
 struct Plan {
@@ -537,11 +546,7 @@ impl Simulator {
         seed: u64,
         race_check: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let schedule = match schedule {
-            "submission" => Schedule::Submission,
-            "random" => Schedule::Random { seed },
-            other => return Err(RunError::new_err(format!("--schedule {other:?}: expected submission or random"))),
-        };
+        let schedule = parse_schedule(schedule, seed)?;
         let mut ins = TensorMap::new();
         let mut weights = (*self.weights).clone();
         if let Some(d) = inputs {
@@ -703,11 +708,7 @@ impl PlanSet {
         seed: u64,
         race_check: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let schedule = match schedule {
-            "submission" => Schedule::Submission,
-            "random" => Schedule::Random { seed },
-            other => return Err(RunError::new_err(format!("--schedule {other:?}: expected submission or random"))),
-        };
+        let schedule = parse_schedule(schedule, seed)?;
         let dims = request_dims(dims)?;
         let mut ins = TensorMap::new();
         for (k, v) in inputs.iter() {
