@@ -4,6 +4,7 @@
 //! Nothing here knows about operators; `import` maps the ordered nodes onto graph-ir ops.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::error::OnnxError;
 use crate::proto::{tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
@@ -110,8 +111,8 @@ pub(crate) struct Parsed {
     pub(crate) producer: String,
     /// The file's IR version.
     pub(crate) ir_version: i64,
-    /// The graph, with nodes in file order.
-    pub(crate) graph: GraphProto,
+    /// The graph, with nodes in file order (shared by every import of one decode).
+    pub(crate) graph: Arc<GraphProto>,
     /// Initializers by name, in file order.
     pub(crate) initializers: Vec<(String, Initializer)>,
     /// Graph inputs that are not initializers, in file order, with static dims.
@@ -135,7 +136,8 @@ pub(crate) struct Decoded {
     opset: i64,
     producer: String,
     ir_version: i64,
-    graph: GraphProto,
+    /// Shared, not copied, by each bind: a plan set imports one decode once per member.
+    graph: Arc<GraphProto>,
     initializers: Vec<(String, Initializer)>,
 }
 
@@ -162,12 +164,12 @@ pub(crate) fn decode(bytes: &[u8], opts: &ImportOptions) -> Result<Decoded, Onnx
         let value = data.map(|d| TensorValue::new(h.dtype, h.dims.clone(), d));
         initializers.push((name, Initializer { dtype: h.dtype, dims: h.dims, value }));
     }
-    Ok(Decoded { opset, producer, ir_version, graph, initializers })
+    Ok(Decoded { opset, producer, ir_version, graph: Arc::new(graph), initializers })
 }
 
 /// Binds `opts.dims` and checks the rest of the structure (inputs, declared types, a topological order).
 pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, OnnxError> {
-    let Decoded { opset, producer, ir_version, mut graph, initializers } = decoded;
+    let Decoded { opset, producer, ir_version, graph, initializers } = decoded;
     let mut seen: HashMap<&str, String> = HashMap::new();
     for (name, _) in &initializers {
         if let Some(first) = seen.insert(name, "an initializer".to_string()) {
@@ -191,13 +193,13 @@ pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, Onn
     }
 
     let mut declared = HashMap::with_capacity(graph.value_info.len() + graph.output.len());
-    for v in std::mem::take(&mut graph.value_info).into_iter().chain(graph.output.iter().cloned()) {
+    for v in graph.value_info.iter().chain(&graph.output) {
         // An untyped value_info or output declares nothing to check; inference alone decides.
         if v.r#type.is_none() {
             continue;
         }
-        let ty = decl_type(&v)?;
-        declared.insert(v.name, ty);
+        let ty = decl_type(v)?;
+        declared.insert(v.name.clone(), ty);
     }
 
     let order = topo_order(&graph.node, &seen)?;

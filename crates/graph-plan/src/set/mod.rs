@@ -190,18 +190,25 @@ impl PlanSet {
         drop(rewritten);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
 
-        let mut members = Vec::with_capacity(dims.len());
+        // Members plan in parallel too: each gets its own layout and nothing else is shared while planning.
+        let members: Vec<SetMember> = dims
+            .into_par_iter()
+            .zip(graphs.par_iter())
+            .zip(layouts.into_par_iter())
+            .map(|((d, g), layout)| {
+                let t = Instant::now();
+                let mut o = opts.plan.clone();
+                o.memory.layout = Some(layout);
+                let plan = ExecutionPlan::build_with(g, &o)
+                    .map_err(|source| SetError::Member { dims: dims_label(&d), source })?;
+                Ok(SetMember { dims: d, plan, compile_ms: t.elapsed().as_secs_f64() * 1e3 })
+            })
+            .collect::<Result<_, SetError>>()?;
         let mut region_bytes = [0u64; 4];
-        for ((d, g), layout) in dims.into_iter().zip(&graphs).zip(layouts) {
-            let t = Instant::now();
-            let mut o = opts.plan.clone();
-            o.memory.layout = Some(layout);
-            let plan =
-                ExecutionPlan::build_with(g, &o).map_err(|source| SetError::Member { dims: dims_label(&d), source })?;
+        for m in &members {
             for r in Region::ALL {
-                region_bytes[r.index()] = region_bytes[r.index()].max(plan.region_bytes(r));
+                region_bytes[r.index()] = region_bytes[r.index()].max(m.plan.region_bytes(r));
             }
-            members.push(SetMember { dims: d, plan, compile_ms: t.elapsed().as_secs_f64() * 1e3 });
         }
         Ok(PlanSet { spec: spec.clone(), fixed: opts.fixed.clone(), members, padding, io, region_bytes, load_ms })
     }
