@@ -7,6 +7,11 @@ The model's initializers without data (the repository's models are weights-strip
 reference; cuplan computes its outputs from the same filled model through `cuplan run --inputs --output`
 (safetensors files). An output agrees when max|cuplan - ort| <= rtol * max|ort|.
 
+With --ort-fp16 the reference is onnxruntime's half-precision run of the same model: onnxconverter-common's
+float16 conversion (its default op block list, graph inputs and outputs kept f32, and the nodes that read a graph
+output kept f32 too, which the converter otherwise types inconsistently) — the cross-check of `cuplan run
+--precision fp16|bf16` (pass that in --extra). The f32 run's distance to onnxruntime's own f32 run is printed beside.
+
 Prints one line per output and then "N passed, N failed"; exits 0 when every output agrees, 1 otherwise.
 """
 import argparse
@@ -67,6 +72,17 @@ def seeded_inputs(model, rng, dims):
     return feeds
 
 
+def ort_fp16(model, so, names, feeds):
+    """onnxruntime's outputs for the float16 conversion of `model` (module docs), as float32 arrays by name."""
+    from onnxconverter_common import float16
+
+    outputs = {o.name for o in model.graph.output}
+    block = [n.name for n in model.graph.node if any(i in outputs for i in n.input)]
+    half = float16.convert_float_to_float16(model, keep_io_types=True, node_block_list=block)
+    sess = ort.InferenceSession(half.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return {n: v.astype(np.float32) for n, v in zip(names, sess.run(names, feeds))}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model")
@@ -75,6 +91,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--extra", default="", help="more arguments for `cuplan run`, e.g. '--streams 4'")
     ap.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--ort-fp16", action="store_true", help="compare with onnxruntime's float16 run (module docs)")
     a = ap.parse_args()
     dims = {k: int(v) for k, v in (d.split("=", 1) for d in a.dim)}
 
@@ -91,6 +108,9 @@ def main():
         sess = ort.InferenceSession(filled, so, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         want = dict(zip(names, sess.run(names, feeds)))
+        f32 = None
+        if a.ort_fp16:
+            f32, want = want, ort_fp16(model, so, names, feeds)
 
         ins, outs = os.path.join(tmp, "in.safetensors"), os.path.join(tmp, "out.safetensors")
         save_file(feeds, ins)
@@ -116,7 +136,11 @@ def main():
         scale = float(np.abs(ref).max()) if ref.size else 0.0
         err = float(np.abs(out.astype(np.float64) - ref.astype(np.float64)).max()) if ref.size else 0.0
         ok = err == 0.0 or err <= a.rtol * scale
-        print(f"{'ok  ' if ok else 'FAIL'} {n}: shape {ref.shape} max_abs_err {err:.3e} max_abs_ref {scale:.3e}")
+        extra = ""
+        if f32 is not None:
+            d = float(np.abs(f32[n].astype(np.float64) - ref.astype(np.float64)).max()) if ref.size else 0.0
+            extra = f" (ort fp16 vs ort f32: {d:.3e})"
+        print(f"{'ok  ' if ok else 'FAIL'} {n}: shape {ref.shape} max_abs_err {err:.3e} max_abs_ref {scale:.3e}{extra}")
         passed += ok
         failed += not ok
     print(f"{passed} passed, {failed} failed")

@@ -10,17 +10,22 @@ use std::time::Instant;
 
 /// The usage text.
 pub const USAGE: &str = "usage: cargo xtask ort-check [MODEL.onnx...] [--seed N] [--rtol R] [--dim NAME=VALUE]...
-                              [--extra \"ARGS for cuplan run\"] [--python PYTHON3]
-  default models: the four in models/; default --extra: \"--streams 4 --schedule random --seed 5\"";
+                              [--precision fp16|bf16] [--extra \"ARGS for cuplan run\"] [--python PYTHON3]
+  default models: the four in models/; default --extra: \"--streams 4 --schedule random --seed 5\"
+  --precision: plan cuplan in that precision and compare with onnxruntime's float16 run of the model
+               (onnxconverter-common's conversion); default --rtol 1e-2 (fp16) or 5e-2 (bf16)";
 
 /// The four models of `models/`, in report order.
 const MODELS: [&str; 4] = ["resnet50", "mobilenet_v2", "googlenet", "bert_base"];
 
+#[derive(Debug)]
 struct Args {
     models: Vec<PathBuf>,
     seed: u64,
     rtol: f64,
     dims: Vec<String>,
+    /// `fp16` or `bf16`: cuplan plans in it and onnxruntime runs the float16 conversion.
+    precision: Option<String>,
     extra: String,
     python: String,
 }
@@ -31,9 +36,11 @@ fn parse(args: &[String], root: &Path) -> Result<Option<Args>> {
         seed: 0,
         rtol: 1e-4,
         dims: Vec::new(),
+        precision: None,
         extra: "--streams 4 --schedule random --seed 5".into(),
         python: "python3".into(),
     };
+    let mut rtol = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value\n{USAGE}")).cloned();
@@ -43,13 +50,26 @@ fn parse(args: &[String], root: &Path) -> Result<Option<Args>> {
                 return Ok(None);
             }
             "--seed" => a.seed = value("--seed")?.parse().context("--seed: not an integer")?,
-            "--rtol" => a.rtol = value("--rtol")?.parse().context("--rtol: not a number")?,
+            "--rtol" => rtol = Some(value("--rtol")?.parse().context("--rtol: not a number")?),
+            "--precision" => match value("--precision")?.as_str() {
+                p @ ("fp16" | "bf16") => a.precision = Some(p.to_string()),
+                other => bail!("--precision: {other:?} is not fp16 or bf16\n{USAGE}"),
+            },
             "--dim" => a.dims.push(value("--dim")?),
             "--extra" => a.extra = value("--extra")?,
             "--python" => a.python = value("--python")?,
             other if other.starts_with('-') => bail!("ort-check: unknown option {other:?}\n{USAGE}"),
             model => a.models.push(PathBuf::from(model)),
         }
+    }
+    // The issue's accuracy targets for half precision, unless the caller chose a tolerance.
+    a.rtol = rtol.unwrap_or(match a.precision.as_deref() {
+        Some("fp16") => 1e-2,
+        Some(_) => 5e-2,
+        None => a.rtol,
+    });
+    if let Some(p) = &a.precision {
+        a.extra = format!("{} --precision {p}", a.extra);
     }
     if a.models.is_empty() {
         a.models = MODELS.iter().map(|m| root.join("models").join(format!("{m}.onnx"))).collect();
@@ -104,6 +124,9 @@ pub fn main(args: &[String], root: &Path) -> Result<()> {
         for d in &a.dims {
             c.args(["--dim", d]);
         }
+        if a.precision.is_some() {
+            c.arg("--ort-fp16");
+        }
         let status = c.status().context("running ort_check.py")?;
         println!("   {:.1} s", t0.elapsed().as_secs_f64());
         if status.success() {
@@ -144,5 +167,21 @@ mod tests {
         );
         assert!(parse(&["--nope".to_string()], root).is_err());
         assert!(parse(&["--seed".to_string()], root).is_err());
+    }
+
+    #[test]
+    fn precision_sets_the_tolerance_and_the_cuplan_flag() {
+        let root = Path::new("/r");
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let a = parse(&args(&["--precision", "fp16"]), root).unwrap().unwrap();
+        assert_eq!((a.rtol, a.extra.as_str()), (1e-2, "--streams 4 --schedule random --seed 5 --precision fp16"));
+        let a = parse(&args(&["--precision", "bf16", "--extra", "--streams 1"]), root).unwrap().unwrap();
+        assert_eq!((a.rtol, a.extra.as_str()), (5e-2, "--streams 1 --precision bf16"));
+        let a = parse(&args(&["--rtol", "3e-3", "--precision", "fp16"]), root).unwrap().unwrap();
+        assert_eq!(a.rtol, 3e-3);
+        let a = parse(&[], root).unwrap().unwrap();
+        assert_eq!((a.rtol, a.precision), (1e-4, None));
+        let err = parse(&args(&["--precision", "fp8"]), root).unwrap_err();
+        assert!(format!("{err}").contains("\"fp8\" is not fp16 or bf16"), "{err}");
     }
 }
