@@ -151,6 +151,37 @@ fn an_anchor_reading_an_f32_graph_input_stays_f32() {
 }
 
 #[test]
+fn with_io_half_an_input_read_by_an_f32_anchor_keeps_its_dtype() {
+    // x -> MatMul (kept f32 by the policy) and x -> Relu (half). Storing x half would need a widening cast
+    // with no producer to fuse into (a launch only to cast), so x stays f32 and only y, read by half ops, is half.
+    let mut g = ComputeGraph::new("io_half");
+    let x = g.add_input("x", F, [4, 8]).unwrap();
+    let y = g.add_input("y", F, [4, 8]).unwrap();
+    let w = g.add_weight("w", F, [8, 8]).unwrap();
+    let m = n1(&mut g, "mm", Op::MatMul, &[x, w]);
+    let r = n1(&mut g, "relu", Op::Relu, &[x]);
+    let a = n1(&mut g, "add", Op::Add, &[m, r]);
+    let b = n1(&mut g, "mul", Op::Mul, &[a, y]);
+    g.mark_output(b).unwrap();
+    let mut o = opts(Precision::Fp16, "MatMul");
+    o.precision.io_half = true;
+    let (rg, rep) = transform(&g, &o.precision).unwrap();
+    assert_eq!(rg.tensor(rg.tensor_id("x").unwrap()).dtype, F);
+    assert_eq!(rg.tensor(rg.tensor_id("y").unwrap()).dtype, DType::F16);
+    assert_eq!(rep.node("mm").unwrap().rule, PrecisionRule::KeepOp { op: "MatMul".into() });
+    assert_eq!(rep.node("relu").unwrap().dtype, Some(DType::F16));
+    let plan = built(&g, &o);
+    for k in plan.kernels() {
+        assert!(k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. })), "kernel {} only casts", k.name);
+    }
+    // Without the keep entry every reader is half and so is x.
+    let mut o = opts(Precision::Fp16, "default");
+    o.precision.io_half = true;
+    let (rg, _) = transform(&g, &o.precision).unwrap();
+    assert_eq!(rg.tensor(rg.tensor_id("x").unwrap()).dtype, DType::F16);
+}
+
+#[test]
 fn hostile_keep_lists_are_typed_errors() {
     assert!(matches!(parse_keep_f32("LayerNorm"), Err(PrecisionError::UnknownOp { .. })));
     assert_eq!(
@@ -226,9 +257,7 @@ proptest! {
         seed in 0..1000u64,
         half in prop::bool::ANY,
         keep in keep_strategy(),
-        // `--io-precision half` is left out: a half graph input widened into an anchor kept in f32 is a cast
-        // that launches alone (random_dag 71 and 192); a known gap, docs/precision.md "Not done yet".
-        io_half in Just(false),
+        io_half in prop::bool::ANY,
         streams in 1..4usize,
     ) {
         let g = match family {

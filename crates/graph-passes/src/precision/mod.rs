@@ -443,13 +443,24 @@ pub fn transform(
     // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
     let convert_io = policy.io_half && half != DType::F32;
     let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
-        graph.weights().iter().map(|&w| (w, kernel_readers(graph, w))).collect();
+        graph.weights().iter().chain(graph.inputs()).map(|&w| (w, kernel_readers(graph, w))).collect();
     let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
         let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
         half != DType::F32
             && graph.tensor(t).dtype == DType::F32
             && !readers.is_empty()
             && readers.iter().all(|&r| decision[r].0 == Want::Is(half))
+    };
+    // With `--io-precision half`, an f32 graph input is stored half unless an anchor that computes in f32 reads
+    // it: that anchor would need a widening cast with no producing kernel to fuse into, a launch only to cast.
+    // Such an input keeps its declared dtype (rule 4 then keeps its other anchors in f32 too).
+    let input_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
+        let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+        convert_io
+            && graph.tensor(t).dtype == DType::F32
+            && readers
+                .iter()
+                .all(|&r| graph.node(r).op.category() != OpCategory::Anchor || decision[r].0 == Want::Is(half))
     };
     loop {
         let mut changed = false;
@@ -462,7 +473,7 @@ pub fn transform(
                 let t = graph.tensor(s);
                 t.dtype == DType::F32
                     && match t.role {
-                        TensorRole::Input => !convert_io,
+                        TensorRole::Input => !input_half(&decision, s),
                         TensorRole::Weight | TensorRole::Constant => !weight_half(&decision, s),
                         _ => false,
                     }
@@ -484,7 +495,7 @@ pub fn transform(
     let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
     for &t in graph.inputs() {
         let tensor = graph.tensor(t);
-        let dtype = if convert_io && tensor.dtype == DType::F32 { half } else { tensor.dtype };
+        let dtype = if input_half(&decision, t) { half } else { tensor.dtype };
         map.insert(t, out.add_input(&tensor.name, dtype, tensor.shape.clone())?);
     }
     for &t in graph.weights() {
