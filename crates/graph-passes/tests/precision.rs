@@ -274,17 +274,58 @@ proptest! {
         let f32_plan = built(&g, &PlanOptions::with_streams(streams));
         // No launch exists only to cast. (Launch counts equal to f32's are measured on the real models,
         // docs/precision.md: on a random DAG the extra nodes may tip the greedy fusion either way.)
-        // Known gap (docs/precision.md): the cast back to a declared f32 graph output that is a view of a half
-        // kernel's result launches alone (found by this proptest in CI: random_dag seed 292, `n23.view.cast_out`).
         for k in plan.kernels() {
-            let output_cast_after_view = k.body.iter().all(|i| i.op.is_view() || i.node.ends_with(".view.cast_out"));
-            prop_assert!(output_cast_after_view || k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. }) && !i.op.is_view()),
+            prop_assert!(k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. }) && !i.op.is_view()),
                 "kernel {} only casts: {:?}", k.name, k.node_names().collect::<Vec<_>>());
         }
         prop_assert!(plan.kernel_count_fused <= f32_plan.kernel_count_fused + 2,
             "{} launches vs {}", plan.kernel_count_fused, f32_plan.kernel_count_fused);
         let tol = if half { 2e-2 } else { 1e-1 };
         let c = exec_sim::check_precision(&g, &o, &TensorMap::new(), &TensorMap::new(), 1, seed, tol).unwrap();
-        prop_assert!(c.passed, "{c:?}");
+        prop_assert_eq!(c.overflow.clone(), None);
+        // Relative to each output's max magnitude, as the check reports; but these graphs compute O(1) values,
+        // and an output that cancels to ~0 in f32 (random_dag 256, 273 and 994 under bf16: 1e-30 against one
+        // bf16 rounding, 2^-8) has no meaningful relative error, so it is held to an absolute tol / 10 instead.
+        for out in &c.outputs {
+            prop_assert!(out.non_finite == 0 && (out.max_rel_err <= tol || out.max_abs_err <= tol / 10.0), "{c:?}");
+        }
+    }
+}
+
+#[test]
+fn a_graph_output_that_is_a_view_of_a_half_kernel_costs_no_cast_launch() {
+    // The case CI's proptest found (random_dag seed 292): `n23.view` reshapes a value of a reduction kernel
+    // across its rows, so a cast after the view could not join that kernel and launched alone.
+    let g = synth::random_dag(24, 3, 292).unwrap();
+    let plan = built(&g, &opts(Precision::Fp16, "default"));
+    for k in plan.kernels() {
+        assert!(k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. }) && !i.op.is_view()), "{}", k.name);
+    }
+    assert!(plan.kernel_count_fused <= built(&g, &PlanOptions::default()).kernel_count_fused);
+    // relu (half) -> Reshape -> graph output declared f32, and the relu result is also read by a half op.
+    for chain in [1usize, 2] {
+        let mut g = ComputeGraph::new("view_out");
+        let x = g.add_input("x", F, [4, 8]).unwrap();
+        let r = n1(&mut g, "relu", Op::Relu, &[x]);
+        let mut v = r;
+        for i in 0..chain {
+            let shape: Vec<i64> = if i % 2 == 0 { vec![32] } else { vec![8, 4] };
+            v = n1(&mut g, &format!("view{i}"), Op::Reshape { shape, allowzero: false }, &[v]);
+        }
+        let e = n1(&mut g, "exp", Op::Exp, &[r]);
+        g.mark_output(v).unwrap();
+        g.mark_output(e).unwrap();
+        let o = opts(Precision::Fp16, "default");
+        let (rg, _) = transform(&g, &o.precision).unwrap();
+        assert_eq!(rg.tensor(rg.outputs()[0]).dtype, F, "chain {chain}");
+        let plan = built(&g, &o);
+        for k in plan.kernels() {
+            assert!(
+                k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. }) && !i.op.is_view()),
+                "chain {chain}: kernel {} only casts: {:?}",
+                k.name,
+                k.node_names().collect::<Vec<_>>()
+            );
+        }
     }
 }

@@ -567,6 +567,26 @@ pub fn transform(
             (Op::Cast { to: DType::F32 }, Want::Is(d)) => Op::Cast { to: d },
             (op, _) => op.clone(),
         };
+        // A view that writes a graph output of another dtype than its half source: cast the source instead and
+        // replay the views on the cast, so that the cast joins the source's kernel (a cast after a view that
+        // kernel cannot write, e.g. a reshape across a reduction's rows, would launch alone).
+        if let ([o], [i], true) = (&node.outputs[..], &ins[..], node.op.is_view()) {
+            let declared = graph.tensor(*o).dtype;
+            let have = out.tensor(*i).dtype;
+            let keeps_half = convert_io && declared == DType::F32 && have == half;
+            if outputs.contains(o) && have != declared && !keeps_half && have.is_float() && declared.is_float() {
+                let widened = cast_view_source(&mut out, &mut names, &mut report, *i, declared)?;
+                let new_out = out.add_node_named(&node.name, op, &[widened], &[&graph.tensor(*o).name])?[0];
+                report.nodes.push(NodePrecision {
+                    node: node.name.clone(),
+                    op: node.op.name().to_string(),
+                    dtype: Some(declared),
+                    rule,
+                });
+                map.insert(*o, new_out);
+                continue;
+            }
+        }
         // Output dtypes are needed before the node exists only where it writes a graph output.
         let specs = if node.outputs.iter().any(|o| outputs.contains(o)) {
             let s: Vec<(DType, &graph_ir::Shape)> =
@@ -620,6 +640,50 @@ pub fn transform(
         out.mark_output(t)?;
     }
     Ok((out, report))
+}
+
+/// `t` (a tensor of `out`) as `to`: a cast of the kernel result its views start from, with those views replayed on
+/// the cast under fresh names, so that the cast reads the kernel's own output.
+fn cast_view_source(
+    out: &mut ComputeGraph,
+    names: &mut Names<'_>,
+    report: &mut PrecisionReport,
+    t: TensorId,
+    to: DType,
+) -> Result<TensorId, GraphError> {
+    let mut views = Vec::new();
+    let mut src = t;
+    while let Some(p) = out.producer(src) {
+        let node = out.node(p);
+        match node.inputs.first() {
+            Some(&i) if node.op.is_view() => {
+                views.push((node.name.clone(), node.op.clone()));
+                src = i;
+            }
+            _ => break,
+        }
+    }
+    let cname = names.fresh(&format!("{}.to_{to}", out.tensor(src).name));
+    let mut cur = out.add_node_named(&cname, Op::Cast { to }, &[src], &[&cname])?[0];
+    report.casts_inserted += 1;
+    report.nodes.push(NodePrecision {
+        node: cname,
+        op: "Cast".into(),
+        dtype: Some(to),
+        rule: PrecisionRule::InsertedCast,
+    });
+    for (name, op) in views.into_iter().rev() {
+        let vname = names.fresh(&format!("{name}.{to}"));
+        let op_name = op.name().to_string();
+        cur = out.add_node_named(&vname, op, &[cur], &[&vname])?[0];
+        report.nodes.push(NodePrecision {
+            node: vname,
+            op: op_name,
+            dtype: Some(to),
+            rule: PrecisionRule::FollowsInput,
+        });
+    }
+    Ok(cur)
 }
 
 /// A kernel op whose float tensors are all f32 (and that has at least one).
