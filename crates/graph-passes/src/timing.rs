@@ -686,6 +686,21 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_simulator_gives_each_list_its_own_makespan() {
+        // Two lists of different sizes and stream sets, simulated by one Simulator in turn, match fresh runs.
+        let a = vec![task(0, 2.0, 0.5, &[]), task(3, 3.0, 0.75, &[]), task(0, 1.0, 1.0, &[1])];
+        let b = vec![task(1, 4.0, 1.0, &[]), task(1, 1.0, 0.25, &[0])];
+        let mut sim = Simulator::default();
+        for list in [&a, &b, &a] {
+            let fresh = simulate(list, 0.5).unwrap();
+            assert_eq!(sim.makespan(list, 0.5).unwrap(), fresh.makespan_us);
+        }
+        // b runs on one stream, one task after the other: (4 + 0.5) + (1 + 0.5).
+        assert_eq!(simulate(&b, 0.5).unwrap().makespan_us, 6.0);
+        assert!(sim.makespan(&[task(0, 1.0, 1.0, &[0])], 0.0).is_err());
+    }
+
+    #[test]
     fn zero_duration_tasks_finish_at_once() {
         let t = simulate(&[task(0, 0.0, 1.0, &[]), task(1, 0.0, 1.0, &[0])], 0.0).unwrap();
         assert_eq!(t.makespan_us, 0.0);
