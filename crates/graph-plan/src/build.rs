@@ -456,8 +456,7 @@ fn memory_ordered(
 ) -> PlanResult<(Front, OrderOutcome)> {
     let a = opts.memory.alignment;
     let e = target.effort;
-    let (regrouped, rep_given) =
-        order::memory_group_order_with(graph, &given.topo, &given.fusion, &given.groups, a, e);
+    let (regrouped, rep_given) = order::memory_group_order_with(graph, &given.topo, &given.fusion, &given.groups, a, e);
     let given_model = rep_given.given_peak_bytes;
     let mut best: Option<Candidate> = None;
     let mut consider = |c: Candidate| {

@@ -429,7 +429,10 @@ fn refine(
 ) {
     // No assignment's simulated makespan is below the longest path or the device area (the timing model's
     // bound, DESIGN.md 5): once there, no move can improve and the search stops.
-    let bound = (0..time.len()).map(|g| top[g] + time[g]).fold(0f64, f64::max).max(time.iter().zip(occ).map(|(t, o)| t * o).sum());
+    let bound = (0..time.len())
+        .map(|g| top[g] + time[g])
+        .fold(0f64, f64::max)
+        .max(time.iter().zip(occ).map(|(t, o)| t * o).sum());
     let at_bound = |m: f64| m <= bound * (1.0 + 1e-9);
     let mut stream_of: Vec<u32> = chain_of.iter().map(|&c| chain_stream[c as usize]).collect();
     let mut tasks = Vec::new();
