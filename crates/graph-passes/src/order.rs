@@ -35,6 +35,7 @@ use crate::fusion::{FusedGroup, FusionPlan};
 use crate::group_graph::{alias_roots, GroupGraph};
 use crate::ids::GroupId;
 use crate::memory;
+use crate::target::Effort;
 use crate::topo::TopoOrder;
 
 /// Which candidate of the search won.
@@ -359,9 +360,15 @@ impl Found {
 }
 
 impl PeakModel {
-    /// The module docs' candidates: the given order, two greedy schedules, the local search from the best, and
-    /// the exact search below that.
+    /// `search_with` at the default effort.
+    #[cfg(test)]
     fn search(&self) -> Found {
+        self.search_with(&OrderBudgets::for_effort(Effort::Default))
+    }
+
+    /// The module docs' candidates: the given order, two greedy schedules, the local search from the best, and
+    /// the exact search below that, under `budgets`.
+    fn search_with(&self, budgets: &OrderBudgets) -> Found {
         let n = self.n;
         let identity: Vec<u32> = (0..n as u32).collect();
         let given = self.peak(&identity);
@@ -378,14 +385,14 @@ impl PeakModel {
         }
         // Refine the best so far by local moves.
         let start = best.2.clone().unwrap_or(identity);
-        let refined = self.sift(start, SIFT_BUDGET);
+        let refined = self.sift(start, budgets.sift);
         let peak = self.peak(&positions(&refined));
         if peak < best.0 {
             best = (peak, SearchMethod::Sift, Some(refined));
         }
         // Small graphs: the exact search, below the best peak so far.
         let mut optimal = false;
-        if let Some(exact) = self.exact(best.0, EXACT_STATES) {
+        if let Some(exact) = self.exact_with(best.0, budgets.exact_states, budgets.exact_work) {
             optimal = true;
             if let Some((peak, seq)) = exact {
                 if peak < best.0 {
@@ -404,7 +411,14 @@ impl PeakModel {
     /// optimal); `Some(Some(..))` with the optimal peak and an order reaching it otherwise. Chains of cut units keep the state count
     /// near the sum, not the product, of the branchy segments' counts. Deterministic.
     #[allow(clippy::type_complexity)] // (peak, order) inside the two levels of "no answer" and "nothing better"
+    #[cfg(test)]
     fn exact(&self, upper: u64, max_states: usize) -> Option<Option<(u64, Vec<u32>)>> {
+        self.exact_with(upper, max_states, EXACT_WORK)
+    }
+
+    /// The exact search below (`exact`'s docs) with `max_work` work units instead of `EXACT_WORK`.
+    #[allow(clippy::type_complexity)] // as `exact`
+    fn exact_with(&self, upper: u64, max_states: usize, max_work: usize) -> Option<Option<(u64, Vec<u32>)>> {
         let n = self.n;
         if n == 0 || n > EXACT_UNITS {
             return None;
@@ -424,7 +438,7 @@ impl PeakModel {
             let mut index: std::collections::HashMap<Box<[u64]>, usize> = std::collections::HashMap::new();
             for (bits, live, peak, parent) in &layer {
                 work = work.saturating_add(n + words);
-                if work > EXACT_WORK {
+                if work > max_work {
                     return None;
                 }
                 for g in 0..n {
@@ -498,12 +512,41 @@ const EXACT_STATES: usize = 1 << 20;
 /// Most work units (about 10^8 a second) the exact search spends before giving up.
 const EXACT_WORK: usize = 50_000_000;
 
+/// The search budgets of memory-aware ordering at an effort level: the default's are the fixed budgets
+/// (`SIFT_BUDGET`, `EXACT_STATES`, `EXACT_WORK`); `fast` a tenth of each, `max` ten times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OrderBudgets {
+    /// Work units of the local search.
+    pub sift: u64,
+    /// Most states the exact search keeps.
+    pub exact_states: usize,
+    /// Most work units of the exact search.
+    pub exact_work: usize,
+}
+
+impl OrderBudgets {
+    /// The budgets at `effort`.
+    pub fn for_effort(effort: Effort) -> OrderBudgets {
+        let fixed = |b: u64| effort.scaled(0, 0, b, b);
+        OrderBudgets {
+            sift: fixed(SIFT_BUDGET),
+            exact_states: fixed(EXACT_STATES as u64) as usize,
+            exact_work: fixed(EXACT_WORK as u64) as usize,
+        }
+    }
+}
+
 /// Choose a topological order of `graph` with a low activation peak, starting from the `given` order; never
-/// returns one whose node-level peak is above the given order's.
+/// returns one whose node-level peak is above the given order's. At the default effort.
 pub fn memory_order(graph: &ComputeGraph, given: &TopoOrder) -> (TopoOrder, OrderReport) {
+    memory_order_with(graph, given, Effort::Default)
+}
+
+/// [`memory_order`] with the search budgets of `effort` ([`OrderBudgets::for_effort`]).
+pub fn memory_order_with(graph: &ComputeGraph, given: &TopoOrder, effort: Effort) -> (TopoOrder, OrderReport) {
     let _span = tracing::debug_span!("order").entered();
     let m = PeakModel::new(graph, given);
-    let found = m.search();
+    let found = m.search_with(&OrderBudgets::for_effort(effort));
     let report = found.report();
     let order = match found.seq {
         None => given.clone(),
@@ -532,9 +575,21 @@ pub fn memory_group_order(
     groups: &GroupGraph,
     alignment: u64,
 ) -> (Option<(TopoOrder, FusionPlan)>, OrderReport) {
+    memory_group_order_with(graph, topo, fusion, groups, alignment, Effort::Default)
+}
+
+/// [`memory_group_order`] with the search budgets of `effort` ([`OrderBudgets::for_effort`]).
+pub fn memory_group_order_with(
+    graph: &ComputeGraph,
+    topo: &TopoOrder,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    alignment: u64,
+    effort: Effort,
+) -> (Option<(TopoOrder, FusionPlan)>, OrderReport) {
     let _span = tracing::debug_span!("group_order").entered();
     let m = PeakModel::for_groups(graph, fusion, groups, alignment);
-    let found = m.search();
+    let found = m.search_with(&OrderBudgets::for_effort(effort));
     let mut report = found.report();
     let plan = found.seq.and_then(|seq| {
         let order: Vec<GroupId> = seq.iter().map(|&g| GroupId(g)).collect();

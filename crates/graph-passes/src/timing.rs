@@ -37,7 +37,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap};
 use thiserror::Error;
 
 use crate::device::DeviceProfile;
@@ -235,12 +235,10 @@ pub fn tasks_from_steps(steps: &[SimStep]) -> Result<(Vec<Task>, Vec<usize>), Ti
 
 /// Dense stream indices (in `StreamId` order) and each task's.
 fn compact_streams(tasks: &[Task]) -> (Vec<StreamId>, Vec<usize>) {
-    let mut ids: BTreeMap<StreamId, usize> = tasks.iter().map(|t| (t.stream, 0)).collect();
-    let streams: Vec<StreamId> = ids.keys().copied().collect();
-    for (i, v) in ids.values_mut().enumerate() {
-        *v = i;
-    }
-    let of = tasks.iter().map(|t| ids.get(&t.stream).copied().unwrap_or(0)).collect();
+    let mut streams: Vec<StreamId> = tasks.iter().map(|t| t.stream).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let of = tasks.iter().map(|t| streams.binary_search(&t.stream).unwrap_or(0)).collect();
     (streams, of)
 }
 
@@ -277,7 +275,20 @@ pub fn dag_bound(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, Timi
     Ok(bound_unchecked(tasks, overhead_us, false))
 }
 
+/// As [`dag_bound`] without the energetic path (its O(T w^2) part): `energy_us` is the critical path and
+/// `bound_us` is `max(critical_path_us, area_us)`. For callers that need only DESIGN.md section 5's two terms.
+pub fn dag_critical_path(tasks: &[Task], overhead_us: f64) -> Result<MakespanBound, TimingError> {
+    validate(tasks, overhead_us)?;
+    Ok(bound_core(tasks, overhead_us, false, false))
+}
+
 fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> MakespanBound {
+    bound_core(tasks, overhead_us, stream_order, true)
+}
+
+/// The critical path and area of `tasks` (stream order counted when `stream_order`), and with `energy` the
+/// energetic path bound too.
+fn bound_core(tasks: &[Task], overhead_us: f64, stream_order: bool, energy: bool) -> MakespanBound {
     let (streams, stream_of) = compact_streams(tasks);
     let mut last_on: Vec<Option<usize>> = vec![None; streams.len()];
     // Each task's predecessors (compressed rows): its dependencies and, when stream order counts, the task before
@@ -321,7 +332,7 @@ fn bound_unchecked(tasks: &[Task], overhead_us: f64, stream_order: bool) -> Make
     }
     path.reverse();
     let cp = best.map_or(0.0, |b| finish[b]);
-    let energy = energy_bound(tasks, overhead_us, &pred_start, &preds).max(cp);
+    let energy = if energy { energy_bound(tasks, overhead_us, &pred_start, &preds).max(cp) } else { cp };
     MakespanBound {
         critical_path_us: cp,
         area_us: area,
@@ -444,137 +455,213 @@ pub fn simulate(tasks: &[Task], overhead_us: f64) -> Result<Timeline, TimingErro
 /// The simulated makespan of `tasks` alone, without computing the bound: for callers that compare many
 /// candidate schedules (the stream pass). Same value as `simulate(..).makespan_us`.
 pub fn simulate_makespan(tasks: &[Task], overhead_us: f64) -> Result<f64, TimingError> {
-    simulate_with(tasks, overhead_us, false).map(|t| t.makespan_us)
+    Simulator::default().makespan(tasks, overhead_us)
 }
 
-/// The event-driven simulation itself (processor sharing by occupancy), optionally with the bound. One piece on
-/// purpose: the event loop's state (running set, ready queues, stream heads, rates) changes at every event and
-/// each update reads all of it.
-fn simulate_with(tasks: &[Task], overhead_us: f64, with_bound: bool) -> Result<Timeline, TimingError> {
-    validate(tasks, overhead_us)?;
-    let n = tasks.len();
-    let (streams, stream_of) = compact_streams(tasks);
-    let ns = streams.len();
-    // Each stream's tasks in order, and a cursor to its next unstarted task.
-    let mut queue: Vec<Vec<usize>> = vec![Vec::new(); ns];
-    for (i, &s) in stream_of.iter().enumerate() {
-        queue[s].push(i);
-    }
-    let mut cursor = vec![0usize; ns];
-    // Unfinished dependencies per task, and dependents of each task (CSR).
-    let mut waiting = vec![0u32; n];
-    let mut out_start = vec![0usize; n + 1];
-    for t in tasks {
-        for d in &t.deps {
-            out_start[d.index() + 1] += 1;
-        }
-    }
-    for i in 0..n {
-        out_start[i + 1] += out_start[i];
-    }
-    let mut fill = out_start.clone();
-    let mut dependents = vec![0usize; out_start[n]];
-    for (i, t) in tasks.iter().enumerate() {
-        waiting[i] = t.deps.len() as u32;
-        for d in &t.deps {
-            dependents[fill[d.index()]] = i;
-            fill[d.index()] += 1;
-        }
-    }
-    let mut start = vec![f64::NAN; n];
-    let mut end = vec![f64::NAN; n];
-    let mut busy_on = vec![false; ns];
-    let mut heap: BinaryHeap<Running> = BinaryHeap::new();
-    let (mut now, mut virt, mut load) = (0f64, 0f64, 0f64);
-    let mut running = 0usize;
+/// The event-driven simulation with its working memory kept between runs: a caller that simulates many
+/// candidate schedules of one size (the stream pass's local search) allocates once. Same values as
+/// [`simulate`].
+#[derive(Debug, Default)]
+pub struct Simulator {
+    stream_ids: Vec<StreamId>,
+    stream_of: Vec<usize>,
+    queue_start: Vec<usize>,
+    queue: Vec<usize>,
+    cursor: Vec<usize>,
+    waiting: Vec<u32>,
+    out_start: Vec<usize>,
+    fill: Vec<usize>,
+    dependents: Vec<usize>,
+    start: Vec<f64>,
+    end: Vec<f64>,
+    busy_on: Vec<bool>,
+    heap: BinaryHeap<Running>,
+    finished: Vec<usize>,
+}
 
-    // Start the next task of stream `s` if nothing runs there and its dependencies are done.
-    let try_start = |s: usize,
-                     now: f64,
-                     virt: f64,
-                     cursor: &[usize],
-                     busy_on: &mut [bool],
-                     waiting: &[u32],
-                     start: &mut [f64],
-                     heap: &mut BinaryHeap<Running>,
-                     load: &mut f64,
-                     running: &mut usize| {
-        if busy_on[s] {
-            return;
-        }
-        let Some(&i) = queue[s].get(cursor[s]) else { return };
-        if waiting[i] > 0 {
-            return;
-        }
-        busy_on[s] = true;
-        start[i] = now;
-        *load += tasks[i].occupancy;
-        *running += 1;
-        heap.push(Running { deadline: virt + tasks[i].duration_us + overhead_us, task: i });
-    };
-
-    for s in 0..ns {
-        try_start(s, now, virt, &cursor, &mut busy_on, &waiting, &mut start, &mut heap, &mut load, &mut running);
+impl Simulator {
+    /// The simulated makespan of `tasks` (in submission order) with `overhead_us` added to every launch.
+    pub fn makespan(&mut self, tasks: &[Task], overhead_us: f64) -> Result<f64, TimingError> {
+        self.run(tasks, overhead_us)?;
+        Ok(self.end.iter().copied().fold(0f64, f64::max))
     }
-    let mut finished: Vec<usize> = Vec::new();
-    while let Some(&first) = heap.peek() {
-        let speed = if load > 1.0 { 1.0 / load } else { 1.0 };
-        now += (first.deadline - virt).max(0.0) / speed;
-        virt = virt.max(first.deadline);
-        finished.clear();
-        while heap.peek().is_some_and(|r| r.deadline <= virt) {
-            if let Some(r) = heap.pop() {
-                finished.push(r.task);
-            }
+
+    /// Dense stream indices in `StreamId` order (as [`compact_streams`]) into `stream_ids` and `stream_of`.
+    fn compact_streams(&mut self, tasks: &[Task]) {
+        self.stream_ids.clear();
+        self.stream_ids.extend(tasks.iter().map(|t| t.stream));
+        self.stream_ids.sort_unstable();
+        self.stream_ids.dedup();
+        let ids = &self.stream_ids;
+        self.stream_of.clear();
+        self.stream_of.extend(tasks.iter().map(|t| ids.binary_search(&t.stream).unwrap_or(0)));
+    }
+
+    /// The simulation (processor sharing by occupancy); fills `start`, `end` and `stream_of`. One piece on
+    /// purpose: the event loop's state (running set, ready queues, stream heads, rates) changes at every event
+    /// and each update reads all of it.
+    fn run(&mut self, tasks: &[Task], overhead_us: f64) -> Result<(), TimingError> {
+        validate(tasks, overhead_us)?;
+        let n = tasks.len();
+        self.compact_streams(tasks);
+        let ns = self.stream_ids.len();
+        let Simulator {
+            stream_of,
+            queue_start,
+            queue,
+            cursor,
+            waiting,
+            out_start,
+            fill,
+            dependents,
+            start,
+            end,
+            busy_on,
+            heap,
+            finished,
+            ..
+        } = self;
+        let stream_of: &[usize] = stream_of;
+        // Each stream's tasks in order (compressed rows), and a cursor to its next unstarted task.
+        queue_start.clear();
+        queue_start.resize(ns + 1, 0);
+        for &s in stream_of {
+            queue_start[s + 1] += 1;
         }
-        for &i in &finished {
-            end[i] = now;
-            let s = stream_of[i];
-            busy_on[s] = false;
+        for s in 0..ns {
+            queue_start[s + 1] += queue_start[s];
+        }
+        cursor.clear();
+        cursor.extend_from_slice(&queue_start[..ns]);
+        queue.clear();
+        queue.resize(n, 0);
+        for (i, &s) in stream_of.iter().enumerate() {
+            queue[cursor[s]] = i;
             cursor[s] += 1;
-            load -= tasks[i].occupancy;
-            running -= 1;
-            for &j in &dependents[out_start[i]..out_start[i + 1]] {
-                waiting[j] -= 1;
+        }
+        cursor.clear();
+        cursor.extend_from_slice(&queue_start[..ns]);
+        // Unfinished dependencies per task, and dependents of each task (CSR).
+        waiting.clear();
+        waiting.resize(n, 0);
+        out_start.clear();
+        out_start.resize(n + 1, 0);
+        for t in tasks {
+            for d in &t.deps {
+                out_start[d.index() + 1] += 1;
             }
         }
-        if running == 0 {
-            // Exact zero, so rounding never leaves a phantom load behind.
-            load = 0.0;
+        for i in 0..n {
+            out_start[i + 1] += out_start[i];
         }
-        // Finishing may unblock the finished tasks' streams and their dependents' streams.
-        for &i in &finished {
-            let s = stream_of[i];
-            try_start(s, now, virt, &cursor, &mut busy_on, &waiting, &mut start, &mut heap, &mut load, &mut running);
-            for &j in &dependents[out_start[i]..out_start[i + 1]] {
-                let sj = stream_of[j];
-                try_start(
-                    sj,
-                    now,
-                    virt,
-                    &cursor,
-                    &mut busy_on,
-                    &waiting,
-                    &mut start,
-                    &mut heap,
-                    &mut load,
-                    &mut running,
-                );
+        fill.clear();
+        fill.extend_from_slice(out_start);
+        dependents.clear();
+        dependents.resize(out_start[n], 0);
+        for (i, t) in tasks.iter().enumerate() {
+            waiting[i] = t.deps.len() as u32;
+            for d in &t.deps {
+                dependents[fill[d.index()]] = i;
+                fill[d.index()] += 1;
             }
         }
+        start.clear();
+        start.resize(n, f64::NAN);
+        end.clear();
+        end.resize(n, f64::NAN);
+        busy_on.clear();
+        busy_on.resize(ns, false);
+        heap.clear();
+        let (mut now, mut virt, mut load) = (0f64, 0f64, 0f64);
+        let mut running = 0usize;
+        let queue: &[usize] = queue;
+
+        // Start the next task of stream `s` if nothing runs there and its dependencies are done.
+        let try_start = |s: usize,
+                         now: f64,
+                         virt: f64,
+                         cursor: &[usize],
+                         busy_on: &mut [bool],
+                         waiting: &[u32],
+                         start: &mut [f64],
+                         heap: &mut BinaryHeap<Running>,
+                         load: &mut f64,
+                         running: &mut usize| {
+            if busy_on[s] || cursor[s] >= queue_start[s + 1] {
+                return;
+            }
+            let i = queue[cursor[s]];
+            if waiting[i] > 0 {
+                return;
+            }
+            busy_on[s] = true;
+            start[i] = now;
+            *load += tasks[i].occupancy;
+            *running += 1;
+            heap.push(Running { deadline: virt + tasks[i].duration_us + overhead_us, task: i });
+        };
+
+        for s in 0..ns {
+            try_start(s, now, virt, cursor, busy_on, waiting, start, heap, &mut load, &mut running);
+        }
+        finished.clear();
+        while let Some(&first) = heap.peek() {
+            let speed = if load > 1.0 { 1.0 / load } else { 1.0 };
+            now += (first.deadline - virt).max(0.0) / speed;
+            virt = virt.max(first.deadline);
+            finished.clear();
+            while heap.peek().is_some_and(|r| r.deadline <= virt) {
+                if let Some(r) = heap.pop() {
+                    finished.push(r.task);
+                }
+            }
+            for &i in finished.iter() {
+                end[i] = now;
+                let s = stream_of[i];
+                busy_on[s] = false;
+                cursor[s] += 1;
+                load -= tasks[i].occupancy;
+                running -= 1;
+                for &j in &dependents[out_start[i]..out_start[i + 1]] {
+                    waiting[j] -= 1;
+                }
+            }
+            if running == 0 {
+                // Exact zero, so rounding never leaves a phantom load behind.
+                load = 0.0;
+            }
+            // Finishing may unblock the finished tasks' streams and their dependents' streams.
+            for &i in finished.iter() {
+                let s = stream_of[i];
+                try_start(s, now, virt, cursor, busy_on, waiting, start, heap, &mut load, &mut running);
+                for &j in &dependents[out_start[i]..out_start[i + 1]] {
+                    let sj = stream_of[j];
+                    try_start(sj, now, virt, cursor, busy_on, waiting, start, heap, &mut load, &mut running);
+                }
+            }
+        }
+        // Dependencies point to earlier tasks, so the earliest unfinished task can always start: nothing is left.
+        Ok(())
     }
-    // Dependencies point to earlier tasks, so the earliest unfinished task can always start: nothing is left.
+}
+
+/// The simulation as a [`Timeline`], optionally with the bound.
+fn simulate_with(tasks: &[Task], overhead_us: f64, with_bound: bool) -> Result<Timeline, TimingError> {
+    let mut sim = Simulator::default();
+    sim.run(tasks, overhead_us)?;
+    let ns = sim.stream_ids.len();
     let mut busy = vec![0f64; ns];
-    for i in 0..n {
-        busy[stream_of[i]] += end[i] - start[i];
+    for i in 0..tasks.len() {
+        busy[sim.stream_of[i]] += sim.end[i] - sim.start[i];
     }
-    let makespan = end.iter().copied().fold(0f64, f64::max);
+    let makespan = sim.end.iter().copied().fold(0f64, f64::max);
+    let Simulator { stream_ids, start, end, .. } = sim;
     Ok(Timeline {
         start_us: start,
         end_us: end,
         makespan_us: makespan,
         bound: if with_bound { bound_unchecked(tasks, overhead_us, true) } else { MakespanBound::default() },
-        stream_busy_us: streams.into_iter().zip(busy).collect(),
+        stream_busy_us: stream_ids.into_iter().zip(busy).collect(),
         overhead_us,
         serial_us: tasks.iter().map(|t| t.duration_us + overhead_us).sum(),
     })
@@ -596,6 +683,21 @@ mod tests {
             occupancy: occ,
             deps: deps.iter().map(|&x| TaskId(x)).collect(),
         }
+    }
+
+    #[test]
+    fn a_reused_simulator_gives_each_list_its_own_makespan() {
+        // Two lists of different sizes and stream sets, simulated by one Simulator in turn, match fresh runs.
+        let a = vec![task(0, 2.0, 0.5, &[]), task(3, 3.0, 0.75, &[]), task(0, 1.0, 1.0, &[1])];
+        let b = vec![task(1, 4.0, 1.0, &[]), task(1, 1.0, 0.25, &[0])];
+        let mut sim = Simulator::default();
+        for list in [&a, &b, &a] {
+            let fresh = simulate(list, 0.5).unwrap();
+            assert_eq!(sim.makespan(list, 0.5).unwrap(), fresh.makespan_us);
+        }
+        // b runs on one stream, one task after the other: (4 + 0.5) + (1 + 0.5).
+        assert_eq!(simulate(&b, 0.5).unwrap().makespan_us, 6.0);
+        assert!(sim.makespan(&[task(0, 1.0, 1.0, &[0])], 0.0).is_err());
     }
 
     #[test]

@@ -380,7 +380,7 @@ fn run_passes(
     if stop(Pass::Topo) {
         if opts.order == OrderStrategy::Memory {
             // Stopped before fusion: only the node-level order applies.
-            let (order, rep) = order::memory_order(graph, &r.topo);
+            let (order, rep) = order::memory_order_with(graph, &r.topo, target.effort);
             r.topo = order;
             r.order = Some(OrderOutcome {
                 given_lower_bound_bytes: rep.given_peak_bytes,
@@ -455,7 +455,8 @@ fn memory_ordered(
     clock: &mut PassClock,
 ) -> PlanResult<(Front, OrderOutcome)> {
     let a = opts.memory.alignment;
-    let (regrouped, rep_given) = order::memory_group_order(graph, &given.topo, &given.fusion, &given.groups, a);
+    let e = target.effort;
+    let (regrouped, rep_given) = order::memory_group_order_with(graph, &given.topo, &given.fusion, &given.groups, a, e);
     let given_model = rep_given.given_peak_bytes;
     let mut best: Option<Candidate> = None;
     let mut consider = |c: Candidate| {
@@ -472,10 +473,10 @@ fn memory_ordered(
             optimal: rep_given.optimal,
         });
     }
-    let (node_topo, _) = order::memory_order(graph, &given.topo);
+    let (node_topo, _) = order::memory_order_with(graph, &given.topo, e);
     if node_topo.order != given.topo.order {
         let node = fuse(graph, node_topo, opts, target, clock)?;
-        let (regrouped, rep) = order::memory_group_order(graph, &node.topo, &node.fusion, &node.groups, a);
+        let (regrouped, rep) = order::memory_group_order_with(graph, &node.topo, &node.fusion, &node.groups, a, e);
         let peak = rep.given_peak_bytes;
         let node_optimal = rep.optimal && rep.chosen_peak_bytes == peak;
         if let Some((t, f)) = regrouped {

@@ -47,10 +47,14 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
         .filter(|(_, n)| n.op.category() != OpCategory::View)
         .map(|(id, _)| graph.node_cost(id).bytes())
         .fold(0u64, u64::saturating_add);
-    let t = simulate_plan(plan, device, LaunchMode::Graph).map_err(timing_bug)?;
+    // The plan's steps as tasks, simulated once (the makespan only: the report's bounds are those of the
+    // group DAG below, so the stream-order bound `simulate` adds would be computed for nothing).
+    let (mut tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;
+    let overhead_us = LaunchMode::Graph.overhead_us(device);
+    let makespan_us = timing::simulate_makespan(&tasks, overhead_us).map_err(timing_bug)?;
+    let serial_us: f64 = tasks.iter().map(|t| t.duration_us + overhead_us).sum();
     // The bounds of any stream assignment: the same launches with the group DAG's edges as their only
     // dependencies. Steps run the copies of aliased outputs first, then one step per group.
-    let (mut tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;
     let ng = f.groups.len();
     let first = tasks.len().saturating_sub(ng);
     let order = streams.submission_order();
@@ -58,7 +62,8 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
     for (i, g) in order.iter().enumerate() {
         task_of[g.index()] = first + i;
     }
-    let mut bound_over = |preds: &[Vec<GroupId>]| {
+    // `energetic`: with the energetic path (O(T w^2)); only the bound with reuse edges reports it.
+    let mut bound_over = |preds: &[Vec<GroupId>], energetic: bool| {
         for (i, task) in tasks.iter_mut().enumerate() {
             task.deps = match i.checked_sub(first) {
                 Some(j) => {
@@ -67,10 +72,14 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
                 None => Vec::new(),
             };
         }
-        timing::dag_bound(&tasks, t.overhead_us).map_err(timing_bug)
+        if energetic {
+            timing::dag_bound(&tasks, overhead_us).map_err(timing_bug)
+        } else {
+            timing::dag_critical_path(&tasks, overhead_us).map_err(timing_bug)
+        }
     };
-    let b = bound_over(&f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to))))?;
-    let data = bound_over(f.groups.all_preds())?;
+    let b = bound_over(&f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to))), true)?;
+    let data = bound_over(f.groups.all_preds(), false)?;
     let order_outcome = f.order.unwrap_or(OrderOutcome {
         given_lower_bound_bytes: mem.lower_bound_bytes,
         chosen_lower_bound_bytes: mem.lower_bound_bytes,
@@ -85,14 +94,14 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
         events_before_reduction: streams.events_before_reduction,
         waits: streams.syncs.len(),
         chains: streams.chains,
-        makespan_us: t.makespan_us,
+        makespan_us,
         makespan_bound_us: b.critical_path_us.max(b.area_us),
         critical_path_us: b.critical_path_us,
         area_us: b.area_us,
         energetic_bound_us: b.bound_us,
         data_bound_us: data.critical_path_us.max(data.area_us),
-        one_stream_us: t.serial_us,
-        stream_limit_bound_us: b.bound_us.max(t.serial_us / f.max_streams.max(1) as f64),
+        one_stream_us: serial_us,
+        stream_limit_bound_us: b.bound_us.max(serial_us / f.max_streams.max(1) as f64),
         given_order_lower_bound_bytes: order_outcome.given_lower_bound_bytes,
         order_chosen: order_outcome.chosen,
         order_optimal: order_outcome.optimal,

@@ -104,3 +104,40 @@ fn finishing_a_pipeline_stopped_early_is_a_caller_error() {
         "{e}"
     );
 }
+
+/// Quality floor of the default effort (docs/benchmarks.md): on every synth family, at 1 and 4 streams and
+/// with both order strategies, the pool is packed at its lower bound; `fast` (given order) builds verifying
+/// plans that never go below it. (`max` is left out: ten times the budgets is too slow for a unit test.)
+#[test]
+fn default_effort_packs_every_family_at_its_bound() {
+    use graph_passes::target::Effort;
+    use graph_plan::OrderStrategy;
+    let graphs = vec![
+        synth::chain(200).unwrap(),
+        synth::transformer(2, 64, 4, 32, 1).unwrap(),
+        synth::resnet_like(3, 16, 16).unwrap(),
+        synth::inception_like(3, 4).unwrap(),
+        synth::random_dag(400, 3, 3).unwrap(),
+    ];
+    for g in &graphs {
+        for streams in [1, 4] {
+            for order in [OrderStrategy::Given, OrderStrategy::Memory] {
+                for effort in [Effort::Fast, Effort::Default] {
+                    if effort == Effort::Fast && order == OrderStrategy::Memory {
+                        continue;
+                    }
+                    let o = PlanOptions { order, effort, ..PlanOptions::with_streams(streams) };
+                    let p = ExecutionPlan::build_with(g, &o).unwrap();
+                    let what = format!("{} streams={streams} order={order:?} effort={effort}", g.name());
+                    assert!(verify(&p).is_ok(), "{what}: plan fails verify");
+                    let bound = p.stats().lower_bound_bytes;
+                    if effort == Effort::Fast {
+                        assert!(p.pool_bytes as u64 >= bound, "{what}");
+                    } else {
+                        assert_eq!(p.pool_bytes as u64, bound, "{what}: pool above its bound");
+                    }
+                }
+            }
+        }
+    }
+}

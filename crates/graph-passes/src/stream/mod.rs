@@ -360,21 +360,56 @@ const REFINE_BUDGET: u64 = 1 << 22;
 
 /// Modelled makespan of `stream_of` in group order, every cross-stream edge of `reduced` a dependency (the
 /// schedule the minimal waits give, without computing them).
-fn makespan_in_group_order(reduced: &Csr, stream_of: &[u32], time: &[f64], occ: &[f64]) -> f64 {
-    let tasks: Vec<Task> = (0..reduced.len())
-        .map(|g| Task {
-            stream: StreamId(stream_of[g]),
-            duration_us: time[g],
-            occupancy: occ[g],
-            deps: reduced
-                .row(g)
-                .iter()
-                .filter(|&&p| stream_of[p as usize] != stream_of[g])
-                .map(|&p| TaskId(p))
-                .collect(),
-        })
-        .collect();
-    timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY)
+/// `tasks` is rewritten in place (its dependency lists keep their allocations from one call to the next: the
+/// local search simulates thousands of candidates).
+fn makespan_in_group_order_with(
+    sim: &mut timing::Simulator,
+    tasks: &mut Vec<Task>,
+    reduced: &Csr,
+    stream_of: &[u32],
+    time: &[f64],
+    occ: &[f64],
+) -> f64 {
+    let n = reduced.len();
+    tasks.truncate(n);
+    while tasks.len() < n {
+        tasks.push(Task { stream: StreamId(0), duration_us: 0.0, occupancy: 1.0, deps: Vec::new() });
+    }
+    for (g, t) in tasks.iter_mut().enumerate() {
+        t.stream = StreamId(stream_of[g]);
+        t.duration_us = time[g];
+        t.occupancy = occ[g];
+        t.deps.clear();
+        t.deps.extend(reduced.row(g).iter().filter(|&&p| stream_of[p as usize] != stream_of[g]).map(|&p| TaskId(p)));
+    }
+    sim.makespan(tasks, 0.0).unwrap_or(f64::INFINITY)
+}
+
+/// The longest path of `stream_of` in group order over stream order and the edges of `reduced`, launch times
+/// only: no task of the timing model runs faster than alone, so no simulation of the assignment ends earlier
+/// (the stream-order critical path of `timing::bound`, in O(N + E) without a heap). `finish` and `last` are
+/// scratch space.
+fn stream_order_path(
+    reduced: &Csr,
+    stream_of: &[u32],
+    time: &[f64],
+    finish: &mut Vec<f64>,
+    last: &mut Vec<f64>,
+) -> f64 {
+    let n = reduced.len();
+    finish.clear();
+    finish.resize(n, 0.0);
+    last.clear();
+    last.resize(stream_of.iter().map(|&s| s as usize + 1).max().unwrap_or(1), 0.0);
+    let mut longest = 0f64;
+    for g in 0..n {
+        let s = stream_of[g] as usize;
+        let start = reduced.row(g).iter().map(|&p| finish[p as usize]).fold(last[s], f64::max);
+        finish[g] = start + time[g];
+        last[s] = finish[g];
+        longest = longest.max(finish[g]);
+    }
+    longest
 }
 
 /// Improve a chain merge by local search under the timing model: chains in priority order (critical first),
@@ -392,8 +427,21 @@ fn refine(
     bottom: &[f64],
     k: usize,
 ) {
-    let groups = |cs: &[u32]| -> Vec<u32> { chain_of.iter().map(|&c| cs[c as usize]).collect() };
-    let mut best = makespan_in_group_order(reduced, &groups(chain_stream), time, occ);
+    // No assignment's simulated makespan is below the longest path or the device area (the timing model's
+    // bound, DESIGN.md 5): once there, no move can improve and the search stops.
+    let bound = (0..time.len())
+        .map(|g| top[g] + time[g])
+        .fold(0f64, f64::max)
+        .max(time.iter().zip(occ).map(|(t, o)| t * o).sum());
+    let at_bound = |m: f64| m <= bound * (1.0 + 1e-9);
+    let mut stream_of: Vec<u32> = chain_of.iter().map(|&c| chain_stream[c as usize]).collect();
+    let mut tasks = Vec::new();
+    let mut sim = timing::Simulator::default();
+    let (mut finish, mut last) = (Vec::new(), Vec::new());
+    let mut best = makespan_in_group_order_with(&mut sim, &mut tasks, reduced, &stream_of, time, occ);
+    if at_bound(best) {
+        return;
+    }
     let prio: Vec<f64> =
         chains.iter().map(|c| c.iter().map(|&g| top[g as usize] + bottom[g as usize]).fold(0f64, f64::max)).collect();
     let mut order: Vec<usize> = (0..chains.len()).collect();
@@ -408,14 +456,29 @@ fn refine(
                     continue;
                 }
                 chain_stream[c] = s;
-                let m = makespan_in_group_order(reduced, &groups(chain_stream), time, occ);
+                for &g in &chains[c] {
+                    stream_of[g as usize] = s;
+                }
+                // A move whose stream-order path already reaches the makespan to beat cannot be taken: skip
+                // its simulation (the margin covers the two computations' rounding).
+                let path = stream_order_path(reduced, &stream_of, time, &mut finish, &mut last);
+                if path * (1.0 - 1e-12) >= best * (1.0 - 1e-9) {
+                    continue;
+                }
+                let m = makespan_in_group_order_with(&mut sim, &mut tasks, reduced, &stream_of, time, occ);
                 if m < best * (1.0 - 1e-9) {
                     best = m;
                     choice = s;
                 }
             }
             chain_stream[c] = choice;
+            for &g in &chains[c] {
+                stream_of[g as usize] = choice;
+            }
             improved |= choice != keep;
+            if at_bound(best) {
+                return;
+            }
         }
         if !improved {
             break;
