@@ -208,6 +208,7 @@ pub fn kind_name(k: graph_plan::GroupKind) -> &'static str {
         K::DataMovement => "data-movement",
         K::Copy => "copy",
         K::Custom => "custom",
+        K::Attention => "attention",
     }
 }
 
