@@ -188,7 +188,7 @@ pub fn fusion_section(fusion: &FusionPlan) -> FusionSection {
         }
     }
     let s = &fusion.stats;
-    let fused = s.merges_vertical + s.merges_multi_output + s.merges_horizontal;
+    let fused = s.merges_vertical + s.merges_multi_output + s.merges_horizontal + s.merges_attention;
     FusionSection { candidates: fused + rejected.len(), fused, rejected_by_reason: by_reason, rejected }
 }
 

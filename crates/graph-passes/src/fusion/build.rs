@@ -96,9 +96,13 @@ impl Pass<'_, '_> {
         (self.verdicts.len() - 1) as u32
     }
 
-    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide).
+    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide) or an
+    /// attention verdict (the more specific reason: why the whole chain did not become one kernel).
     fn set_edge(&mut self, e: usize, v: u32) {
         let old = self.edge_verdict[e];
+        if old != NONE && self.verdicts[old as usize].phase == FusionPhase::Attention {
+            return;
+        }
         if old == NONE || self.verdicts[old as usize].reason != self.verdicts[v as usize].reason {
             self.edge_verdict[e] = v;
         }
