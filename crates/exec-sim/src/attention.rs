@@ -41,10 +41,8 @@ impl Chain {
 pub(crate) fn chain(k: &Kernel) -> Result<Chain, String> {
     let body = &k.body;
     let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
-    let softmax = body
-        .iter()
-        .position(|i| matches!(i.op, Op::Softmax { .. }))
-        .ok_or("attention kernel without a Softmax")?;
+    let softmax =
+        body.iter().position(|i| matches!(i.op, Op::Softmax { .. })).ok_or("attention kernel without a Softmax")?;
     let p = *body[softmax].outputs.first().ok_or("Softmax without output")?;
     let m2 = body
         .iter()
@@ -59,9 +57,15 @@ pub(crate) fn chain(k: &Kernel) -> Result<Chain, String> {
     }
     if let Some(j) = at.filter(|&j| matches!(body[j].op, Op::Mul | Op::Div)) {
         scale = Some(j);
-        at = body[j].inputs.iter().find(|v| producer(**v).is_some_and(|q| matches!(body[q].op, Op::MatMul))).and_then(|&v| producer(v));
+        at = body[j]
+            .inputs
+            .iter()
+            .find(|v| producer(**v).is_some_and(|q| matches!(body[q].op, Op::MatMul)))
+            .and_then(|&v| producer(v));
     }
-    let m1 = at.filter(|&j| matches!(body[j].op, Op::MatMul)).ok_or("attention kernel: the scores do not come from a MatMul")?;
+    let m1 = at
+        .filter(|&j| matches!(body[j].op, Op::MatMul))
+        .ok_or("attention kernel: the scores do not come from a MatMul")?;
     Ok(Chain { m1, scale, mask, softmax, m2 })
 }
 

@@ -41,7 +41,12 @@ fn block(heads: usize, s: usize, d: usize, v: Variant) -> (ComputeGraph, TensorI
         let b = g.add_weight(&format!("b{n}"), F, [e]).unwrap();
         let m = n1(g, &format!("mm_{n}"), Op::MatMul, &[x, w]);
         let a = n1(g, &format!("bias_{n}"), Op::Add, &[m, b]);
-        let r = n1(g, &format!("view_{n}"), Op::Reshape { shape: vec![1, s as i64, heads as i64, d as i64], allowzero: false }, &[a]);
+        let r = n1(
+            g,
+            &format!("view_{n}"),
+            Op::Reshape { shape: vec![1, s as i64, heads as i64, d as i64], allowzero: false },
+            &[a],
+        );
         n1(g, &format!("split_{n}"), Op::Transpose { perm: Some(perm) }, &[r])
     };
     let q = proj(&mut g, "q", vec![0, 2, 1, 3]);
@@ -90,7 +95,8 @@ fn s(v: &[&str]) -> Vec<String> {
 fn agrees(g: &ComputeGraph, seed: u64) -> f64 {
     let opts = PlanOptions::with_streams(4);
     let co = CheckOptions { schedule: Schedule::Random { seed }, seed, ..CheckOptions::default() };
-    let r = sim_check(g, &opts, &TensorMap::new(), &TensorMap::new(), &co).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    let r =
+        sim_check(g, &opts, &TensorMap::new(), &TensorMap::new(), &co).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
     assert!(r.passed, "{}: {r:#?}", g.name());
     let worst = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
     assert!(worst <= ATTENTION_TOLERANCE, "{}: relative error {worst:e}", g.name());

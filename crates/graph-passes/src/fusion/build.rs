@@ -196,7 +196,8 @@ impl Pass<'_, '_> {
                     }
                 },
             };
-            let k = self.verdict(Verdict { reason: Some(reason), phase: FusionPhase::Attention, score: 0, why: Some(why) });
+            let k =
+                self.verdict(Verdict { reason: Some(reason), phase: FusionPhase::Attention, score: 0, why: Some(why) });
             if let Some(e) = d.edge(m1, next) {
                 self.edge_verdict[e] = k;
             }

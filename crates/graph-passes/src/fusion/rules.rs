@@ -117,7 +117,10 @@ impl Why {
             Why::Dependent => "one sibling reads the other".into(),
             Why::AttnAxis { node } => format!("attention: softmax '{}' is not over the last axis", n(node)),
             Why::AttnEscapes { t: x } => {
-                format!("attention: '{}' is read outside the chain or is a graph output (it would be materialised)", t(x))
+                format!(
+                    "attention: '{}' is read outside the chain or is a graph output (it would be materialised)",
+                    t(x)
+                )
             }
             Why::AttnNotPv { node } => {
                 format!("attention: the probabilities are not the left operand of a MatMul ('{}' reads them)", n(node))
@@ -563,7 +566,8 @@ impl Groups {
             if !(ga.permute_only && gb.permute_only) {
                 return reject(RejectReason::Pattern, Why::AnchorMove { anchor });
             }
-            for (on, which) in [(caps.injective_fusion, "injective_fusion"), (caps.layout_epilogue, "layout_epilogue")] {
+            for (on, which) in [(caps.injective_fusion, "injective_fusion"), (caps.layout_epilogue, "layout_epilogue")]
+            {
                 if !on {
                     return reject(RejectReason::CapsExceeded, Why::CapOff(which));
                 }
