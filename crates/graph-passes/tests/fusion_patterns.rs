@@ -387,7 +387,8 @@ fn slice_or_a_shared_transpose_does_not_fold_into_an_epilogue() {
     // The transposed value feeds two kernels (an elementwise op and a GEMM): it is written once, in the
     // permuted layout, by the anchor.
     let r = n1(&mut g, "relu", Op::Relu, &[t]);
-    let o = n1(&mut g, "mm3", Op::MatMul, &[t, w]);
+    let w2 = g.add_weight("w2", F, [8, 4]).unwrap();
+    let o = n1(&mut g, "mm3", Op::MatMul, &[t, w2]);
     g.mark_output(r).unwrap();
     g.mark_output(o).unwrap();
     let p = fuse(&g, &FusionOptions::default());
