@@ -37,7 +37,12 @@ fn assert_matches_reference(g: &ComputeGraph, o: &PlanOptions, seed: u64) {
     let attention = plan.kernels().iter().any(|k| k.kind == graph_plan::GroupKind::Attention);
     for out in &r.outputs {
         if attention {
-            assert!(out.max_rel_err <= exec_sim::attention::ATTENTION_TOLERANCE, "{}: '{}': {out:?}", g.name(), out.name);
+            assert!(
+                out.max_rel_err <= exec_sim::attention::ATTENTION_TOLERANCE,
+                "{}: '{}': {out:?}",
+                g.name(),
+                out.name
+            );
             continue;
         }
         assert!(out.bitwise_equal, "{}: output '{}' differs: {out:?}", g.name(), out.name);

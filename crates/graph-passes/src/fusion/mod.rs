@@ -39,8 +39,9 @@
 //!    are in one group and the merge is legal. Diamonds (Gelu's `x * f(x)`, Softmax's two uses of its input)
 //!    fall out naturally, because a producer is decided only after all its consumers. Joins in this phase never
 //!    create a cycle: a group holds only nodes after the producer, and the producer's only successors are in it.
-//! 1b. **Attention**: every recognised attention chain (kernel classes above) becomes one group, the union of
-//!    the phase-1 groups holding its links (never a cycle: the chain's intermediates have no reader outside).
+//!    **Then attention (phase 1b)**: every recognised attention chain (kernel classes above) becomes one group,
+//!    the union of the phase-1 groups holding its links (never a cycle: the chain's intermediates have no reader
+//!    outside).
 //! 2. **Multi-output** (when `FusionCaps::multi_output`): candidate pairs are the producer/consumer group edges;
 //!    each is scored, then merged best first when legal, in rounds until nothing changes. A merged kernel may
 //!    write an intermediate that other kernels still read (the residual input of a block).
