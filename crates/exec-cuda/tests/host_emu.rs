@@ -24,12 +24,28 @@ fn seq(n: usize, scale: f32, shift: f32) -> Vec<f32> {
 /// Builds the plan (this backend's caps, `streams` streams), fills inputs and weights, runs it on the host and
 /// returns every output's bytes.
 fn run(test: &str, g: &ComputeGraph, streams: usize, data: &[(&str, Vec<u8>)]) -> Option<HashMap<String, Vec<u8>>> {
+    run_caps(test, g, streams, data, codegen::fusion_caps(), None)
+}
+
+/// [`run`] with explicit fusion caps; `kernels`: the launch count the plan must have.
+fn run_caps(
+    test: &str,
+    g: &ComputeGraph,
+    streams: usize,
+    data: &[(&str, Vec<u8>)],
+    caps: graph_plan::FusionCaps,
+    kernels: Option<usize>,
+) -> Option<HashMap<String, Vec<u8>>> {
     let Some(cxx) = compiler() else {
         eprintln!("SKIP {test}: no host C++ compiler (c++, g++ or clang++) to emulate kernels");
         return None;
     };
     let mut opts = PlanOptions::with_streams(streams);
-    opts.fusion.caps = codegen::fusion_caps();
+    opts.fusion.caps = caps;
+    let plan = ExecutionPlan::build_with(g, &opts).unwrap();
+    if let Some(k) = kernels {
+        assert_eq!(plan.kernels().len(), k, "{test}: launches");
+    }
     let plan = ExecutionPlan::build_with(g, &opts).unwrap();
     graph_plan::verify(&plan).unwrap();
     let mut regions = HostRegions::new(&plan);
@@ -344,6 +360,53 @@ fn matmuls_cublas_path_and_fallback() {
         }
     }
     close("gemm (cuBLAS + epilogue)", &out[&g.tensor(gm).name], &want);
+}
+
+#[test]
+fn permuted_epilogues_write_the_permuted_layout() {
+    // With `layout_epilogue` on, a projection + bias + head split [1,4,8] -> [1,2,4,4] and a square product +
+    // bias + transpose are one kernel each; the square one must not run its epilogue in place over the cuBLAS
+    // product (a thread would read an element another thread already rewrote).
+    let mut g = ComputeGraph::new("perm");
+    let x = g.add_input("x", DType::F32, [1, 4, 8]).unwrap();
+    let w = g.add_input("w", DType::F32, [8, 8]).unwrap();
+    let b = g.add_input("b", DType::F32, [8]).unwrap();
+    let m = node(&mut g, "proj", Op::MatMul, &[x, w]);
+    let a = node(&mut g, "bias", Op::Add, &[m, b]);
+    let r = node(&mut g, "heads", Op::Reshape { shape: vec![1, 4, 2, 4], allowzero: false }, &[a]);
+    let t = node(&mut g, "split", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[r]);
+    let s = g.add_input("s", DType::F32, [4, 4]).unwrap();
+    let sq = node(&mut g, "square", Op::MatMul, &[s, s]);
+    let c = g.add_input("c", DType::F32, [4]).unwrap();
+    let sb = node(&mut g, "sq_bias", Op::Add, &[sq, c]);
+    let st = node(&mut g, "sq_t", Op::Transpose { perm: Some(vec![1, 0]) }, &[sb]);
+    g.mark_output(t).unwrap();
+    g.mark_output(st).unwrap();
+    let (xv, wv, bv, sv, cv) =
+        (seq(32, 0.1, 0.0), seq(64, 0.05, 0.1), seq(8, 0.3, 0.0), seq(16, 0.2, -0.1), vec![1.0, 2.0, 3.0, 4.0]);
+    let data = [("x", f(&xv)), ("w", f(&wv)), ("b", f(&bv)), ("s", f(&sv)), ("c", f(&cv))];
+    let caps = graph_plan::FusionCaps { layout_epilogue: true, ..codegen::fusion_caps() };
+    let Some(out) = run_caps("permuted epilogues", &g, 1, &data, caps, Some(2)) else { return };
+    // y[s, n] = x[s,:] . w[:, n] + b[n]; out[h, s, d] = y[s, h * 4 + d].
+    let mut want = vec![0f32; 32];
+    for h in 0..2 {
+        for si in 0..4 {
+            for d in 0..4 {
+                let n = h * 4 + d;
+                let acc: f32 = (0..8).map(|k| xv[si * 8 + k] * wv[k * 8 + n]).sum();
+                want[(h * 4 + si) * 4 + d] = acc + bv[n];
+            }
+        }
+    }
+    close("head split", &out[&g.tensor(t).name], &want);
+    let mut want = vec![0f32; 16];
+    for i in 0..4 {
+        for j in 0..4 {
+            let acc: f32 = (0..4).map(|k| sv[i * 4 + k] * sv[k * 4 + j]).sum();
+            want[j * 4 + i] = acc + cv[j];
+        }
+    }
+    close("square transpose", &out[&g.tensor(st).name], &want);
 }
 
 #[test]

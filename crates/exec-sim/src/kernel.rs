@@ -2,10 +2,11 @@
 //! and writing its `Write` params to theirs. Temporaries live in kernel-local scratch; views reinterpret.
 //! The program is the only description used: no graph node is looked up.
 
-use graph_plan::{Access, BufferRef, ExecError, HostTensor, Kernel, Op, Region, Shape};
+use graph_plan::{Access, BufferRef, ExecError, GroupKind, HostTensor, Kernel, Op, Region, Shape};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::attention;
 use crate::ops::{self, Spec};
 use crate::value::Val;
 
@@ -83,9 +84,19 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
             .map_err(|e| backend(format!("kernel {} reading '{}' from {}: {e}", k.name, v.name, p.buffer)))?;
         env[p.value.index()] = Some(val);
     }
-    for ins in &k.body {
+    // A fused attention kernel never forms its scores: its chain runs as one online-softmax pass.
+    let attn = if k.kind == GroupKind::Attention {
+        Some(attention::chain(k).map_err(|e| backend(format!("kernel {}: {e}", k.name)))?)
+    } else {
+        None
+    };
+    for (idx, ins) in k.body.iter().enumerate() {
+        if attn.is_some_and(|c| c.skipped(idx)) {
+            continue;
+        }
+        let fused = attn.is_some_and(|c| c.m2 == idx);
         let mut args: Vec<&Val> = Vec::with_capacity(ins.inputs.len());
-        for &i in &ins.inputs {
+        for &i in ins.inputs.iter().filter(|_| !fused) {
             let v = env.get(i.index()).and_then(Option::as_ref).ok_or_else(|| {
                 kerr(k, &ins.node, &ins.op, format!("input value {i} is neither a read param nor computed earlier"))
             })?;
@@ -102,6 +113,10 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
             })
             .collect::<Result<_, _>>()?;
         let outs = match &ins.op {
+            _ if fused => {
+                let c = attn.as_ref().ok_or_else(|| kerr(k, &ins.node, &ins.op, "no chain"))?;
+                vec![attention::run(k, c, &env).map_err(|e| kerr(k, &ins.node, &ins.op, e))?]
+            }
             Op::Custom(c) => {
                 let f = customs.get(&c.entry).ok_or_else(|| missing_custom(k, &ins.node, &c.entry))?;
                 let host: Vec<HostTensor> = args

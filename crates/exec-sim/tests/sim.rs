@@ -400,7 +400,8 @@ proptest! {
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12));
     }
 
-    /// Small transformers and ResNets under the same property.
+    /// Small transformers and ResNets under the same property (fused transformers: within the attention
+    /// kernel's tolerance, `exec_sim::attention::ATTENTION_TOLERANCE`).
     #[test]
     fn optimised_equals_reference_on_small_models(
         which in 0usize..2, streams in 1usize..=8, fusion in any::<bool>(), reuse in any::<bool>(), sseed in 0u64..1000,
@@ -411,7 +412,13 @@ proptest! {
         let (inputs, weights) = tensors(&plan, sseed);
         let r = check(&g, &opts, &inputs, &weights,
             &CheckOptions { schedule: Schedule::Random { seed: sseed }, ..CheckOptions::default() }).unwrap();
-        prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
+        if which == 0 && fusion {
+            // The fused attention kernel's online softmax rounds differently from the unfused chain.
+            let worst = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+            prop_assert!(r.passed && worst <= exec_sim::attention::ATTENTION_TOLERANCE, "{:?}", r);
+        } else {
+            prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
+        }
         let out = run_plan(&SimExecutor::new(), &plan, &weights, &inputs).unwrap();
         prop_assert!(all_finite(&out));
         let t = simulate(&plan, &TimingOptions::for_plan(&plan)).unwrap();

@@ -108,6 +108,18 @@ pub fn group_grid(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceProfi
             .unwrap_or(Grid { blocks: 1, threads: 256, tiles_per_sm: None }),
         GroupKind::Copy => Grid { blocks: 1, threads: 256, tiles_per_sm: None },
         GroupKind::Elementwise | GroupKind::DataMovement => flat(out_elems),
+        // FlashAttention's grid: one block of 4 warps per tile of 64 query rows of every (batch, head).
+        GroupKind::Attention => {
+            let rows = group
+                .outputs
+                .first()
+                .and_then(|&t| {
+                    let d = graph.tensor(t).shape.dims();
+                    d.last().map(|&last| numel(&graph.tensor(t).shape) / (last.max(1) as u64))
+                })
+                .unwrap_or(1);
+            Grid { blocks: rows.div_ceil(64).max(1), threads: 128, tiles_per_sm: Some(2) }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ mod fusion_util;
 use fusion_util::*;
 use graph_ir::op::{ConvAttrs, GeluApprox, PoolAttrs};
 use graph_ir::{ComputeGraph, DType, Op};
-use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, GroupKind};
+use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, GroupKind, RejectReason};
 
 fn conv3x3() -> Op {
     Op::Conv(ConvAttrs { strides: vec![1, 1], pads: vec![1; 4], dilations: vec![], group: 1 })
@@ -321,7 +321,8 @@ fn views_inside_a_group_are_absorbed_and_outside_alias() {
 }
 
 #[test]
-fn bias_reshape_transpose_is_one_injective_loop() {
+fn bias_reshape_transpose_folds_into_the_projection() {
+    // The head split after an attention projection: the permutation is the anchor's output layout.
     let mut g = ComputeGraph::new("qkv");
     let x = g.add_input("x", F, [1, 8, 32]).unwrap();
     let w = g.add_weight("w", F, [32, 32]).unwrap();
@@ -333,12 +334,71 @@ fn bias_reshape_transpose_is_one_injective_loop() {
     g.mark_output(t).unwrap();
     let p = fuse(&g, &FusionOptions::default());
     check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![vec!["mm", "bias", "heads", "tr"]]);
+    assert_eq!(kinds(&p), vec![GroupKind::Anchor]);
+    assert_eq!(outputs(&g, &p, 0), vec!["tr"]);
+    // The backend cannot write a permuted output: the bias and the move stay one injective loop, and the
+    // rejection names the cap.
+    let caps = FusionCaps { layout_epilogue: false, ..FusionCaps::all() };
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &p, &caps);
     assert_eq!(names(&g, &p), vec![vec!["mm"], vec!["bias", "heads", "tr"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::DataMovement]);
+    assert_eq!(verdict(&p, "mm", "bias"), Some(RejectReason::CapsExceeded));
+    let d = p.decisions.iter().find(|d| d.producer == "mm").unwrap();
+    assert!(d.detail.contains("caps.layout_epilogue is off"), "{}", d.detail);
     let caps = FusionCaps { injective_fusion: false, ..FusionCaps::all() };
     let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
     check(&g, &p, &caps);
     assert_eq!(names(&g, &p), vec![vec!["mm", "bias"], vec!["tr"]]);
+}
+
+#[test]
+fn head_merge_transpose_after_pv_folds_into_the_matmul() {
+    // P.V [1,4,8,8] -> Transpose(0,2,1,3) -> Reshape [1,8,32] -> output projection: the transpose is the
+    // layout P.V writes, the output projection reads it through the view.
+    let mut g = ComputeGraph::new("merge");
+    let p_ = g.add_input("p", F, [1, 4, 8, 8]).unwrap();
+    let v = g.add_input("v", F, [1, 4, 8, 8]).unwrap();
+    let wo = g.add_weight("wo", F, [32, 32]).unwrap();
+    let pv = n1(&mut g, "pv", Op::MatMul, &[p_, v]);
+    let t = n1(&mut g, "tr", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[pv]);
+    let r = n1(&mut g, "merge", Op::Reshape { shape: vec![1, 8, 32], allowzero: false }, &[t]);
+    let o = n1(&mut g, "out_proj", Op::MatMul, &[r, wo]);
+    g.mark_output(o).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![vec!["pv", "tr"], vec!["out_proj"]]);
+    assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::Anchor]);
+    // No prologue: the transpose does not move into the consumer GEMM.
+    assert_eq!(verdict(&p, "tr", "out_proj"), Some(RejectReason::Pattern));
+}
+
+#[test]
+fn slice_or_a_shared_transpose_does_not_fold_into_an_epilogue() {
+    let mut g = ComputeGraph::new("noperm");
+    let x = g.add_input("x", F, [8, 16]).unwrap();
+    let w = g.add_weight("w", F, [16, 16]).unwrap();
+    let m = n1(&mut g, "mm", Op::MatMul, &[x, w]);
+    let s = n1(&mut g, "slice", Op::Slice { starts: vec![0], ends: vec![8], axes: Some(vec![1]), steps: None }, &[m]);
+    g.mark_output(s).unwrap();
+    let m2 = n1(&mut g, "mm2", Op::MatMul, &[x, w]);
+    let t = n1(&mut g, "tr", Op::Transpose { perm: Some(vec![1, 0]) }, &[m2]);
+    // The transposed value feeds two kernels (an elementwise op and a GEMM): it is written once, in the
+    // permuted layout, by the anchor.
+    let r = n1(&mut g, "relu", Op::Relu, &[t]);
+    let w2 = g.add_weight("w2", F, [8, 4]).unwrap();
+    let o = n1(&mut g, "mm3", Op::MatMul, &[t, w2]);
+    g.mark_output(r).unwrap();
+    g.mark_output(o).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(verdict(&p, "mm", "slice"), Some(RejectReason::Pattern));
+    let d = p.decisions.iter().find(|d| d.producer == "mm").unwrap();
+    assert!(d.detail.contains("other than a Transpose"), "{}", d.detail);
+    let gm2 = names(&g, &p).into_iter().find(|n| n.contains(&"mm2".to_string())).unwrap();
+    assert!(gm2.contains(&"tr".to_string()), "{gm2:?}");
+    assert_eq!(verdict(&p, "tr", "mm3"), Some(RejectReason::Pattern));
 }
 
 #[test]

@@ -32,7 +32,19 @@ fn assert_matches_reference(g: &ComputeGraph, o: &PlanOptions, seed: u64) {
     let co = CheckOptions { schedule: Schedule::Random { seed }, seed, ..CheckOptions::default() };
     let r = check(g, o, &TensorMap::new(), &TensorMap::new(), &co).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
     assert!(r.passed, "{}: {r:#?}", g.name());
+    // A fused attention kernel (online softmax) rounds differently from the reference's unfused chain.
+    let plan = ExecutionPlan::build_with(g, o).unwrap();
+    let attention = plan.kernels().iter().any(|k| k.kind == graph_plan::GroupKind::Attention);
     for out in &r.outputs {
+        if attention {
+            assert!(
+                out.max_rel_err <= exec_sim::attention::ATTENTION_TOLERANCE,
+                "{}: '{}': {out:?}",
+                g.name(),
+                out.name
+            );
+            continue;
+        }
         assert!(out.bitwise_equal, "{}: output '{}' differs: {out:?}", g.name(), out.name);
     }
 }

@@ -248,6 +248,7 @@ fn kind_index(k: graph_plan::GroupKind) -> usize {
         K::DataMovement => 3,
         K::Copy => 4,
         K::Custom => 6,
+        K::Attention => 5,
     }
 }
 

@@ -188,7 +188,7 @@ pub fn fusion_section(fusion: &FusionPlan) -> FusionSection {
         }
     }
     let s = &fusion.stats;
-    let fused = s.merges_vertical + s.merges_multi_output + s.merges_horizontal;
+    let fused = s.merges_vertical + s.merges_multi_output + s.merges_horizontal + s.merges_attention;
     FusionSection { candidates: fused + rejected.len(), fused, rejected_by_reason: by_reason, rejected }
 }
 
@@ -208,6 +208,7 @@ pub fn kind_name(k: graph_plan::GroupKind) -> &'static str {
         K::DataMovement => "data-movement",
         K::Copy => "copy",
         K::Custom => "custom",
+        K::Attention => "attention",
     }
 }
 

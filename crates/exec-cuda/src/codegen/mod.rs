@@ -117,6 +117,13 @@ pub fn fusion_caps() -> FusionCaps {
         multi_output: true,
         // The per-element emitter indexes every value in its own shape, data movement included.
         injective_fusion: true,
+        // A permuted epilogue is generated correctly (the per-element kernel indexes the product through the
+        // permutation), but the cuBLAS call cannot yet write a permuted C (no leading dimensions or batch
+        // strides on the output), so such an anchor falls back to the per-element product: slower on a GPU
+        // than cuBLAS plus a transpose launch. Off until the cuBLAS step takes an output layout.
+        layout_epilogue: false,
+        // No FlashAttention generator yet: attention chains stay a GEMM, a row kernel and a GEMM.
+        attention: false,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
@@ -175,6 +182,10 @@ pub fn generate_with(kernel: &Kernel, options: &CodegenOptions) -> CudaResult<Ke
             None => emit::generate(kernel, None),
         },
         GroupKind::Elementwise | GroupKind::DataMovement => emit::generate(kernel, None),
+        GroupKind::Attention => Err(unsupported(
+            kernel,
+            "fused attention has no CUDA generator yet (fusion_caps() leaves caps.attention off)",
+        )),
     }?;
     src.kernel = kernel.id;
     src.name.clone_from(&kernel.name);
@@ -324,13 +335,16 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         return Ok(None);
     }
     // When the epilogue rewrites the product's buffer (a C term, or the product borrowing a final output's
-    // buffer), every thread must read the product only at the index it writes: all outputs have its shape.
+    // buffer), every thread must read the product only at the index it writes: all outputs have its shape and
+    // no data movement (a permuted epilogue, `FusionCaps::layout_epilogue`) reads it at another index.
+    let moves = kernel.body.iter().any(|i| i.op.category() == graph_plan::ir::OpCategory::DataMovement);
     if (has_c || kernel.param_of(vy, Access::Write).is_none())
-        && kernel
-            .params
-            .iter()
-            .filter(|p| p.access == Access::Write)
-            .any(|p| kernel.values.get(p.value.index()).is_none_or(|v| v.shape != y.shape))
+        && (moves
+            || kernel
+                .params
+                .iter()
+                .filter(|p| p.access == Access::Write)
+                .any(|p| kernel.values.get(p.value.index()).is_none_or(|v| v.shape != y.shape)))
     {
         return Ok(None);
     }

@@ -5,10 +5,11 @@ use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use super::attention::{self, Chain, Found};
 use super::dag::{Dag, Plan, Stop};
 use super::dense::{Dense, NONE};
 use super::model::Model;
-use super::rules::{Groups, Reject, Why};
+use super::rules::{Groups, Merged, Reject, Why};
 use super::{FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, GroupKind, RejectReason};
 use crate::ids::GroupId;
 use crate::target::Target;
@@ -66,6 +67,7 @@ pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions,
     };
     if opts.enabled {
         p.vertical();
+        p.attention();
         if opts.caps.multi_output {
             p.multi_output();
             if opts.horizontal {
@@ -94,9 +96,13 @@ impl Pass<'_, '_> {
         (self.verdicts.len() - 1) as u32
     }
 
-    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide).
+    /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide) or an
+    /// attention verdict (the more specific reason: why the whole chain did not become one kernel).
     fn set_edge(&mut self, e: usize, v: u32) {
         let old = self.edge_verdict[e];
+        if old != NONE && self.verdicts[old as usize].phase == FusionPhase::Attention {
+            return;
+        }
         if old == NONE || self.verdicts[old as usize].reason != self.verdicts[v as usize].reason {
             self.edge_verdict[e] = v;
         }
@@ -166,6 +172,81 @@ impl Pass<'_, '_> {
                 self.edge_verdict[e] = k;
             }
         }
+    }
+
+    /// Phase 1b: every attention chain becomes one group (module docs); a candidate that cannot fuse gets its
+    /// reason on the edge out of its first MatMul.
+    fn attention(&mut self) {
+        let d = self.d;
+        for s in 0..d.len() as u32 {
+            if !matches!(d.op(s), graph_ir::Op::Softmax { .. }) {
+                continue;
+            }
+            let (m1, next, reason, why) = match attention::find(d, s) {
+                Found::No => continue,
+                Found::Refused { m1, next, why } => (m1, next, RejectReason::Pattern, why),
+                Found::Chain(c) => match self.try_attention(&c) {
+                    Ok(()) => {
+                        self.stats.merges_attention += 1;
+                        continue;
+                    }
+                    Err((r, w)) => {
+                        let next = [c.scale, c.mask, c.softmax].into_iter().find(|&n| n != NONE).unwrap_or(c.softmax);
+                        (c.m1, next, r, w)
+                    }
+                },
+            };
+            let k =
+                self.verdict(Verdict { reason: Some(reason), phase: FusionPhase::Attention, score: 0, why: Some(why) });
+            if let Some(e) = d.edge(m1, next) {
+                self.edge_verdict[e] = k;
+            }
+        }
+    }
+
+    /// Merge the groups holding chain `c` into one attention group, when the caps and their members allow.
+    fn try_attention(&mut self, c: &Chain) -> Result<(), Reject> {
+        let d = self.d;
+        let caps = &self.opts.caps;
+        if !caps.attention {
+            return Err((RejectReason::CapsExceeded, Why::CapOff("attention")));
+        }
+        let mut gs: Vec<u32> = c.nodes().map(|n| self.groups.owner[n as usize]).collect();
+        gs.sort_unstable();
+        gs.dedup();
+        let mut ops = 0;
+        for &g in &gs {
+            for &m in self.groups.members(g) {
+                ops += 1;
+                if !c.contains(m) && !attention::may_ride(d, m) {
+                    return Err((RejectReason::Pattern, Why::AttnMember { node: m }));
+                }
+            }
+        }
+        if ops > caps.max_ops {
+            return Err((RejectReason::CapsExceeded, Why::MaxOps { ops, cap: caps.max_ops }));
+        }
+        let owner = &self.groups.owner;
+        let inside = |n: u32| n != NONE && gs.contains(&owner[n as usize]);
+        let mut inputs: Vec<u32> = gs
+            .iter()
+            .flat_map(|&g| self.groups.inputs(d, g).iter().copied())
+            .filter(|&t| !inside(d.kprod[t as usize]))
+            .collect();
+        inputs.sort_unstable();
+        inputs.dedup();
+        if inputs.len() > caps.max_inputs {
+            return Err((RejectReason::CapsExceeded, Why::MaxInputs { inputs: inputs.len(), cap: caps.max_inputs }));
+        }
+        let m = Merged { kind: GroupKind::Attention, anchor: NONE, domain: NONE };
+        let mut acc = gs[0];
+        for &g in &gs[1..] {
+            let pv = self.groups.preview(d, acc, g);
+            acc = self.groups.merge(acc, g, pv, m, 0).0;
+        }
+        let g = &mut self.groups.g[acc as usize];
+        (g.kind, g.anchor, g.domain) = (GroupKind::Attention, NONE, NONE);
+        Ok(())
     }
 
     /// Try to merge producer `p` (still alone) into consumer group `cg` in phase 1; Ok carries the score.

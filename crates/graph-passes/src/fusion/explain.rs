@@ -97,14 +97,15 @@ impl FusionPlan {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "fusion of '{}': {} ops -> {} kernels ({} merges vertical, {} multi-output, {} horizontal; {} of {} views \
-             inside kernels)",
+            "fusion of '{}': {} ops -> {} kernels ({} merges vertical, {} multi-output, {} horizontal, {} attention \
+             chains; {} of {} views inside kernels)",
             r.graph,
             r.kernels_unfused,
             r.kernels_fused,
             r.stats.merges_vertical,
             r.stats.merges_multi_output,
             r.stats.merges_horizontal,
+            r.stats.merges_attention,
             r.stats.views_absorbed,
             r.stats.views
         );

@@ -8,7 +8,10 @@
 //! - **Anchor kernels**: one MatMul/Gemm/Conv/pool with an elementwise epilogue (bias, BatchNormalization's
 //!   scale-shift, activation, residual add, ...). Every anchor operand comes from outside the kernel (no prologue
 //!   fusion) and every tensor the kernel writes has the anchor's element count. Elementwise "side" ops whose value
-//!   only feeds the epilogue (a broadcast operand computed on the fly) may join.
+//!   only feeds the epilogue (a broadcast operand computed on the fly) may join. When
+//!   `FusionCaps::layout_epilogue`, the epilogue may also hold Transposes (pure permutations, views around them):
+//!   the kernel writes its result in the permuted layout (the head split `[B,S,H*D] -> [B,H,S,D]` after an
+//!   attention projection, the head merge after `P.V`). Other data movement in an epilogue is `Pattern`.
 //! - **Row kernels** (`Reduction`): reductions that share one domain, with elementwise producers (XLA input
 //!   fusion) and consumers. The domain of a reduction is `(S, A)`: its input shape `S` and reduced axes `A`,
 //!   compared with leading extent-1 axes stripped (`[1,128,768]` and `[128,768]` are one shape). Every value
@@ -17,6 +20,13 @@
 //!   reduced value only in its kept-dims form (so numpy broadcasting lines up with the rows). One block per row
 //!   runs one pass per reduction: the decomposed Softmax (ReduceMax, Sub, Exp, ReduceSum, Div) and the decomposed
 //!   LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) each become one kernel.
+//! - **Attention kernels** (`Attention`, when `FusionCaps::attention`): `MatMul(Q, K^T) -> [Mul/Div by a
+//!   scalar] -> [Add mask] -> Softmax(last axis) -> MatMul(., V)`, each link a direct edge read by nothing else,
+//!   all f32, planned as one FlashAttention-style kernel (tiles of K and V, online softmax): the scores never
+//!   leave the kernel, so they take no pool bytes. Elementwise side producers of the mask and a permuted
+//!   epilogue (the head merge) that phase 1 put with the chain ride along; nothing joins afterwards. A chain
+//!   whose scores come from a MatMul but cannot fuse gets its reason on the edge out of that MatMul
+//!   (`attention: ...`, phase `attention`): see `fusion/attention.rs`.
 //! - Copies and custom kernels stay alone; nothing fuses across them.
 //!
 //! Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are transparent while deciding. At the end a view joins
@@ -29,6 +39,9 @@
 //!    are in one group and the merge is legal. Diamonds (Gelu's `x * f(x)`, Softmax's two uses of its input)
 //!    fall out naturally, because a producer is decided only after all its consumers. Joins in this phase never
 //!    create a cycle: a group holds only nodes after the producer, and the producer's only successors are in it.
+//!    **Then attention (phase 1b)**: every recognised attention chain (kernel classes above) becomes one group,
+//!    the union of the phase-1 groups holding its links (never a cycle: the chain's intermediates have no reader
+//!    outside).
 //! 2. **Multi-output** (when `FusionCaps::multi_output`): candidate pairs are the producer/consumer group edges;
 //!    each is scored, then merged best first when legal, in rounds until nothing changes. A merged kernel may
 //!    write an intermediate that other kernels still read (the residual input of a block).
@@ -75,6 +88,7 @@
 //! candidates per round (round 1 tries every pair, later rounds only pairs whose groups changed); the cycle
 //! checks cost their budget at most. Rejection texts are formatted once per verdict, at the end.
 
+mod attention;
 mod build;
 mod dag;
 mod dense;
@@ -117,6 +131,15 @@ pub struct FusionCaps {
     /// their operands through them (TVM's injective fusion). Split never fuses.
     #[serde(default = "default_true")]
     pub injective_fusion: bool,
+    /// An anchor's epilogue may end in Transposes (with views around them): the anchor kernel writes its result
+    /// straight into the permuted layout (`[B,S,H*D] -> [B,H,S,D]` after a projection), so the permutation
+    /// costs no launch and no bytes.
+    #[serde(default = "default_true")]
+    pub layout_epilogue: bool,
+    /// `MatMul(Q, K^T) -> [scale] -> [mask Add] -> Softmax -> MatMul(., V)` may be one fused attention kernel
+    /// (`GroupKind::Attention`): tiles of K and V, online softmax, the scores never materialised.
+    #[serde(default = "default_true")]
+    pub attention: bool,
     /// Most distinct external inputs of one kernel.
     pub max_inputs: usize,
     /// Most ops (non-view nodes) in one kernel.
@@ -138,6 +161,8 @@ impl FusionCaps {
             reduction_fusion: true,
             multi_output: true,
             injective_fusion: true,
+            layout_epilogue: true,
+            attention: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -153,6 +178,8 @@ impl FusionCaps {
             reduction_fusion: false,
             multi_output: false,
             injective_fusion: false,
+            layout_epilogue: false,
+            attention: false,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -198,6 +225,10 @@ pub enum GroupKind {
     Copy,
     /// A user kernel.
     Custom,
+    /// Fused attention: `MatMul(Q, K^T)`, an optional scale and mask, a last-axis Softmax and `MatMul(., V)`,
+    /// with elementwise side producers and a permuted epilogue; one block per tile of query rows walks K and V
+    /// with an online softmax, so the scores are never written.
+    Attention,
 }
 
 impl GroupKind {
@@ -222,6 +253,7 @@ impl GroupKind {
             GroupKind::DataMovement => "data-movement",
             GroupKind::Copy => "copy",
             GroupKind::Custom => "custom",
+            GroupKind::Attention => "attention",
         }
     }
 }
@@ -310,6 +342,8 @@ pub enum FusionPhase {
     MultiOutput,
     /// Phase 3: independent siblings that read the same tensor.
     Horizontal,
+    /// Between phases 1 and 2: attention chains merged into one kernel.
+    Attention,
 }
 
 impl FusionPhase {
@@ -319,6 +353,7 @@ impl FusionPhase {
             FusionPhase::Vertical => "vertical",
             FusionPhase::MultiOutput => "multi-output",
             FusionPhase::Horizontal => "horizontal",
+            FusionPhase::Attention => "attention",
         }
     }
 }
@@ -359,6 +394,9 @@ pub struct FusionStats {
     pub merges_multi_output: usize,
     /// Merges made by phase 3.
     pub merges_horizontal: usize,
+    /// Attention chains fused (phase 1b).
+    #[serde(default)]
+    pub merges_attention: usize,
     /// Rounds phase 2 ran.
     pub multi_output_rounds: usize,
     /// Groups visited by cycle checks and reorders, in total (the pass's dominant cost beyond O(N + E)).

@@ -37,6 +37,15 @@ pub(super) enum Why {
     NotSmall { node: u32, bytes: u64, small: u64 },
     HorizontalAnchor { node: u32 },
     Dependent,
+    AttnAxis { node: u32 },
+    AttnEscapes { t: u32 },
+    AttnNotPv { node: u32 },
+    AttnBroadcast { t: u32 },
+    AttnShape { node: u32 },
+    AttnBatch { node: u32 },
+    AttnDtype { t: u32 },
+    AttnMember { node: u32 },
+    AttnClosed { node: u32 },
 }
 
 impl Why {
@@ -53,7 +62,9 @@ impl Why {
                 format!("reductions over different rows or axes ('{}' and '{}')", n(a), n(b))
             }
             Why::AnchorReduction { anchor } => format!("an anchor ('{}') and a reduction in one kernel", n(anchor)),
-            Why::AnchorMove { anchor } => format!("a data-movement op in the epilogue of '{}'", n(anchor)),
+            Why::AnchorMove { anchor } => {
+                format!("a data-movement op other than a Transpose in the epilogue of '{}'", n(anchor))
+            }
             Why::ReductionMove => "a data-movement op in a reduction kernel".into(),
             Why::CapOff(which) => format!("caps.{which} is off"),
             Why::Prologue { p, anchor } => {
@@ -104,6 +115,28 @@ impl Why {
                 format!("'{}' is an anchor (horizontal fusion is for loop and row kernels)", n(node))
             }
             Why::Dependent => "one sibling reads the other".into(),
+            Why::AttnAxis { node } => format!("attention: softmax '{}' is not over the last axis", n(node)),
+            Why::AttnEscapes { t: x } => {
+                format!(
+                    "attention: '{}' is read outside the chain or is a graph output (it would be materialised)",
+                    t(x)
+                )
+            }
+            Why::AttnNotPv { node } => {
+                format!("attention: the probabilities are not the left operand of a MatMul ('{}' reads them)", n(node))
+            }
+            Why::AttnBroadcast { t: x } => {
+                format!("attention: '{}' {:?} broadcasts the scores to another shape", t(x), d.dims(*x))
+            }
+            Why::AttnShape { node } => format!("attention: '{}' has operands of rank below 2", n(node)),
+            Why::AttnBatch { node } => format!("attention: V of '{}' broadcasts the batch of the scores", n(node)),
+            Why::AttnDtype { t: x } => format!("attention: '{}' is not f32", t(x)),
+            Why::AttnMember { node } => {
+                format!("attention: '{}' (fused with the chain) cannot run in an attention kernel", n(node))
+            }
+            Why::AttnClosed { node } => {
+                format!("'{}' is in a fused attention kernel, which takes nothing more", n(node))
+            }
         }
     }
 }
@@ -211,6 +244,9 @@ pub(super) struct Group {
     pub domain: u32,
     /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
     pub opaque: bool,
+    /// Every data-movement member is a pure permutation (Transpose): the group only changes the layout of what
+    /// it moves, so an anchor's epilogue may take it (the permutation folds into the output index map).
+    pub permute_only: bool,
     /// Has merged: the lists below are authoritative.
     pub merged: bool,
     /// Non-view member positions (merged groups).
@@ -325,6 +361,7 @@ impl Groups {
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
                 domain: node_domain[i as usize],
                 opaque,
+                permute_only: cat != OpCategory::DataMovement || matches!(d.op(i), Op::Transpose { .. }),
                 merged: false,
                 members: Vec::new(),
                 inputs: Vec::new(),
@@ -462,7 +499,7 @@ impl Groups {
     pub fn merge(&mut self, a: u32, b: u32, pv: Preview, m: Merged, epoch: u32) -> (u32, u32) {
         let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
         let g_gone = &mut self.g[gone as usize];
-        let (lo, hi, flops) = (g_gone.lo, g_gone.hi, g_gone.flops);
+        let (lo, hi, flops, permute_only) = (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.permute_only);
         let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
         g_gone.alive = false;
         g_gone.inputs = Vec::new();
@@ -481,6 +518,7 @@ impl Groups {
         k.anchor = m.anchor;
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
+        k.permute_only &= permute_only;
         k.inputs = pv.inputs;
         k.escaping = pv.escaping;
         k.lo = k.lo.min(lo);
@@ -505,6 +543,9 @@ impl Groups {
             if g.opaque {
                 return reject(RejectReason::Pattern, Why::Opaque { node: g.lo });
             }
+            if g.kind == GroupKind::Attention {
+                return reject(RejectReason::Pattern, Why::AttnClosed { node: g.lo });
+            }
         }
         if ga.anchor != NONE && gb.anchor != NONE {
             return reject(RejectReason::Pattern, Why::TwoAnchors { a: ga.anchor, b: gb.anchor });
@@ -520,7 +561,17 @@ impl Groups {
             return reject(RejectReason::Pattern, Why::AnchorReduction { anchor });
         }
         if anchor != NONE && dm {
-            return reject(RejectReason::Pattern, Why::AnchorMove { anchor });
+            // A permutation after the anchor folds into its output index map (a permuted output layout);
+            // any other data movement (a slice, a gather, a concat) changes what is computed, not where.
+            if !(ga.permute_only && gb.permute_only) {
+                return reject(RejectReason::Pattern, Why::AnchorMove { anchor });
+            }
+            for (on, which) in [(caps.injective_fusion, "injective_fusion"), (caps.layout_epilogue, "layout_epilogue")]
+            {
+                if !on {
+                    return reject(RejectReason::CapsExceeded, Why::CapOff(which));
+                }
+            }
         }
         if domain != NONE && dm {
             return reject(RejectReason::Pattern, Why::ReductionMove);

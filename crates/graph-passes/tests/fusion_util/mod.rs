@@ -162,6 +162,19 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     }
     let name = |n: NodeId| g.node(n).name.clone();
     assert!(ops.len() <= caps.max_ops, "group {gi} has {} ops", ops.len());
+    if gr.kind == GroupKind::Attention {
+        // Two MatMuls, one Softmax, the rest elementwise or Transposes.
+        assert!(caps.attention, "group {gi}: attention against the caps");
+        let count = |f: &dyn Fn(&Op) -> bool| ops.iter().filter(|&&n| f(&g.node(n).op)).count();
+        assert_eq!(count(&|o| matches!(o, Op::MatMul)), 2, "group {gi}: attention MatMuls");
+        assert_eq!(count(&|o| matches!(o, Op::Softmax { .. })), 1, "group {gi}: attention Softmax");
+        let others = count(&|o| {
+            !matches!(o, Op::MatMul | Op::Softmax { .. } | Op::Transpose { .. })
+                && o.category() != OpCategory::Elementwise
+        });
+        assert_eq!(others, 0, "group {gi}: attention with other ops");
+        return;
+    }
     assert!(gr.inputs.len() <= caps.max_inputs, "group {gi} has {} inputs", gr.inputs.len());
     let writers: HashSet<NodeId> = gr.outputs.iter().map(|&t| g.producer(t).unwrap()).collect();
     if writers.len() > 1 {
@@ -171,6 +184,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     let mut anchors = 0;
     let mut reductions = 0;
     let mut moves = 0;
+    let mut permutes = 0;
     for &n in &ops {
         let node = g.node(n);
         match node.op.category() {
@@ -202,6 +216,9 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
             OpCategory::Reduction => reductions += 1,
             OpCategory::DataMovement => {
                 moves += 1;
+                if matches!(node.op, Op::Transpose { .. }) {
+                    permutes += 1;
+                }
                 assert!(node.outputs.len() == 1, "multi-output op '{}' fused", name(n));
             }
             _ => {}
@@ -210,14 +227,17 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     assert!(anchors <= 1, "group {gi} has {anchors} anchors");
     if anchors == 1 {
         assert_eq!(gr.kind, GroupKind::Anchor);
-        assert_eq!(reductions + moves, 0, "group {gi}: anchor with reductions or moves");
+        assert_eq!(reductions, 0, "group {gi}: anchor with reductions");
+        // A permuted output layout: only Transposes, and only when the caps allow it.
+        assert_eq!(moves, permutes, "group {gi}: anchor with data movement other than Transpose");
+        assert!(moves == 0 || (caps.layout_epilogue && caps.injective_fusion), "group {gi}: layout epilogue");
     }
     if reductions > 0 {
         assert!(caps.reduction_fusion);
         assert_eq!(gr.kind, GroupKind::Reduction);
         assert_eq!(moves, 0);
     }
-    if moves > 0 {
+    if moves > 0 && anchors == 0 {
         assert!(caps.injective_fusion);
         assert_eq!(gr.kind, GroupKind::DataMovement);
     }
@@ -407,7 +427,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 7]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 9]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -415,6 +435,8 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         reduction_fusion: b[4],
         multi_output: b[5],
         injective_fusion: b[6],
+        layout_epilogue: b[7],
+        attention: b[8],
         max_inputs,
         max_ops,
     })

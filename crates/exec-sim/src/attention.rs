@@ -1,0 +1,174 @@
+//! The fused attention kernel (`GroupKind::Attention`) computed the way the kernel runs it: per query row, tiles
+//! of K and V with an online softmax (running maximum, running sum, rescaled accumulator), so the score matrix is
+//! never formed. The reference plan computes the same chain unfused (MatMul, scale, mask, Softmax, MatMul).
+//!
+//! **Agreement with the reference.** Each score is the same f32 dot product (sequential over `k`) scaled and
+//! masked in f32 as the unfused ops do; the softmax statistics and the `P.V` accumulator are f64, rounded to f32
+//! once at the end, whereas the reference rounds the probabilities to f32 and sums `P.V` in f32. Outputs agree
+//! within `ATTENTION_TOLERANCE` relative to the output's magnitude (well inside `CheckOptions::tolerance`, 1e-5);
+//! they are not bitwise equal.
+
+use graph_plan::{Kernel, Op, ValueId};
+use rayon::prelude::*;
+
+use crate::value::{broadcast_shape, expand, numel, OpResult, Val};
+
+/// Columns of K (rows of V) per tile: one rescale of the accumulator per tile, as FlashAttention does.
+pub(crate) const TILE: usize = 64;
+
+/// Largest relative difference (to the output's largest magnitude) between the fused kernel and the reference
+/// plan's unfused chain, for f32 inputs of moderate range (the tests hold exec-sim to it).
+pub const ATTENTION_TOLERANCE: f64 = 2e-6;
+
+/// The chain inside an attention kernel's body: indices into `body`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Chain {
+    pub m1: usize,
+    pub scale: Option<usize>,
+    pub mask: Option<usize>,
+    pub softmax: usize,
+    pub m2: usize,
+}
+
+impl Chain {
+    /// True for the links whose results the fused kernel never forms.
+    pub fn skipped(&self, i: usize) -> bool {
+        i == self.m1 || Some(i) == self.scale || Some(i) == self.mask || i == self.softmax
+    }
+}
+
+/// Find the chain (the planner's `fusion/attention.rs` matcher, on the kernel program).
+pub(crate) fn chain(k: &Kernel) -> Result<Chain, String> {
+    let body = &k.body;
+    let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
+    let softmax =
+        body.iter().position(|i| matches!(i.op, Op::Softmax { .. })).ok_or("attention kernel without a Softmax")?;
+    let p = *body[softmax].outputs.first().ok_or("Softmax without output")?;
+    let m2 = body
+        .iter()
+        .position(|i| matches!(i.op, Op::MatMul) && i.inputs.first() == Some(&p))
+        .ok_or("attention kernel: no MatMul reads the probabilities")?;
+    let mut at = producer(*body[softmax].inputs.first().ok_or("Softmax without input")?);
+    let (mut scale, mut mask) = (None, None);
+    let from_scores = |v: &ValueId| producer(*v).is_some_and(|j| matches!(body[j].op, Op::Mul | Op::Div | Op::MatMul));
+    if let Some(j) = at.filter(|&j| matches!(body[j].op, Op::Add)) {
+        mask = Some(j);
+        at = body[j].inputs.iter().find(|v| from_scores(v)).and_then(|&v| producer(v));
+    }
+    if let Some(j) = at.filter(|&j| matches!(body[j].op, Op::Mul | Op::Div)) {
+        scale = Some(j);
+        at = body[j]
+            .inputs
+            .iter()
+            .find(|v| producer(**v).is_some_and(|q| matches!(body[q].op, Op::MatMul)))
+            .and_then(|&v| producer(v));
+    }
+    let m1 = at
+        .filter(|&j| matches!(body[j].op, Op::MatMul))
+        .ok_or("attention kernel: the scores do not come from a MatMul")?;
+    Ok(Chain { m1, scale, mask, softmax, m2 })
+}
+
+/// Compute the output of `chain.m2` from the values the chain reads (`env`, indexed by value).
+pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
+    let get = |v: ValueId| env.get(v.index()).and_then(Option::as_ref).ok_or_else(|| format!("value {v} not computed"));
+    let body = &k.body;
+    let m1 = &body[c.m1];
+    let s_out = m1.outputs[0];
+    let (q, kt) = (get(m1.inputs[0])?, get(m1.inputs[1])?);
+    // The scale: the scalar operand of the Mul or Div, and whether it divides.
+    let mut score_v = s_out;
+    let scale = match c.scale {
+        Some(j) => {
+            let ins = &body[j].inputs;
+            let k_other = usize::from(ins[0] == score_v);
+            let sv = get(ins[k_other])?.f()?.first().copied().ok_or("empty scale")?;
+            score_v = body[j].outputs[0];
+            Some((sv, matches!(body[j].op, Op::Div)))
+        }
+        None => None,
+    };
+    let mask = match c.mask {
+        Some(j) => {
+            let ins = &body[j].inputs;
+            let other = if ins[0] == score_v { ins[1] } else { ins[0] };
+            Some(get(other)?)
+        }
+        None => None,
+    };
+    let v = get(body[c.m2].inputs[1])?;
+    let (qd, kd, vd) = (&q.shape, &kt.shape, &v.shape);
+    if qd.len() < 2 || kd.len() < 2 || vd.len() < 2 {
+        return Err("attention operands must have rank >= 2".into());
+    }
+    let (sq, dk) = (qd[qd.len() - 2], qd[qd.len() - 1]);
+    let sk = kd[kd.len() - 1];
+    let dv = vd[vd.len() - 1];
+    if kd[kd.len() - 2] != dk || vd[vd.len() - 2] != sk {
+        return Err(format!("attention shapes do not chain: Q {qd:?}, K^T {kd:?}, V {vd:?}"));
+    }
+    let batch = broadcast_shape(&qd[..qd.len() - 2], &kd[..kd.len() - 2])?;
+    let dims = |tail: [usize; 2]| -> Vec<usize> { batch.iter().copied().chain(tail).collect() };
+    let qx = expand(q.f()?, qd, &dims([sq, dk]))?;
+    let kx = expand(kt.f()?, kd, &dims([dk, sk]))?;
+    let vx = expand(v.f()?, vd, &dims([sk, dv]))?;
+    let mx = match mask {
+        Some(m) => Some(expand(m.f()?, &m.shape, &dims([sq, sk]))?),
+        None => None,
+    };
+    let nb = numel(&batch);
+    let mut out = vec![0f32; nb * sq * dv];
+    if dv > 0 {
+        out.par_chunks_mut(dv).enumerate().for_each(|(row, o)| {
+            let (b, i) = (row / sq.max(1), row % sq.max(1));
+            let qrow = &qx[(b * sq + i) * dk..(b * sq + i + 1) * dk];
+            let (mut m, mut l) = (f64::NEG_INFINITY, 0f64);
+            let mut acc = vec![0f64; dv];
+            let mut s = [0f32; TILE];
+            for j0 in (0..sk).step_by(TILE) {
+                let cols = TILE.min(sk - j0);
+                let mut tile_max = f64::NEG_INFINITY;
+                for (jj, sj) in s[..cols].iter_mut().enumerate() {
+                    let j = j0 + jj;
+                    let mut dot = 0f32;
+                    for (kk, &qv) in qrow.iter().enumerate() {
+                        dot += qv * kx[(b * dk + kk) * sk + j];
+                    }
+                    if let Some((c, div)) = scale {
+                        dot = if div { dot / c } else { dot * c };
+                    }
+                    if let Some(mx) = &mx {
+                        dot += mx[(b * sq + i) * sk + j];
+                    }
+                    *sj = dot;
+                    let d = f64::from(dot);
+                    if d > tile_max || d.is_nan() {
+                        tile_max = d;
+                    }
+                }
+                let m_new = if m.is_nan() || tile_max.is_nan() { f64::NAN } else { m.max(tile_max) };
+                if m_new == f64::NEG_INFINITY {
+                    continue; // every score so far is -inf: nothing to add yet
+                }
+                let corr = if m == f64::NEG_INFINITY { 0.0 } else { (m - m_new).exp() };
+                l *= corr;
+                acc.iter_mut().for_each(|a| *a *= corr);
+                for (jj, &sj) in s[..cols].iter().enumerate() {
+                    let p = (f64::from(sj) - m_new).exp();
+                    l += p;
+                    let vrow = &vx[(b * sk + j0 + jj) * dv..(b * sk + j0 + jj + 1) * dv];
+                    for (a, &x) in acc.iter_mut().zip(vrow) {
+                        *a += p * f64::from(x);
+                    }
+                }
+                m = m_new;
+            }
+            for (o, a) in o.iter_mut().zip(&acc) {
+                *o = (a / l) as f32;
+            }
+        });
+    }
+    let mut shape = batch;
+    shape.extend([sq, dv]);
+    Ok(Val::from_f(v.dtype, shape, out))
+}
