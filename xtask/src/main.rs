@@ -24,8 +24,9 @@ fn usage() -> &'static str {
         "  fuzz [--seconds N] [--target NAME]... [--proptest] [--big]\n",
         "      every cargo-fuzz target for N seconds (default 60), or their proptest equivalents, or the\n",
         "      million-node pipeline tests in release (--big); `cargo xtask fuzz --help` for details\n",
-        "  ort-check [MODEL.onnx...] [--seed N] [--rtol R] [--dim NAME=VALUE] [--extra ARGS]\n",
-        "      cuplan run against onnxruntime (default: the four models in models/), in target/ort-venv",
+        "  ort-check [MODEL.onnx...] [--seed N] [--rtol R] [--dim NAME=VALUE] [--precision fp16|bf16] [--extra ARGS]\n",
+        "      cuplan run against onnxruntime (default: the four models in models/), in target/ort-venv;\n",
+        "      --precision: cuplan in half precision against onnxruntime's float16 run",
     )
 }
 
