@@ -547,14 +547,7 @@ pub fn transform(
                     } else {
                         names.fresh(&format!("{base}.to_{target}.{}", node.name))
                     };
-                    let c = out.add_node_named(&cname, Op::Cast { to: target }, &[nt], &[&cname])?[0];
-                    report.casts_inserted += 1;
-                    report.nodes.push(NodePrecision {
-                        node: cname,
-                        op: "Cast".into(),
-                        dtype: Some(target),
-                        rule: PrecisionRule::InsertedCast,
-                    });
+                    let c = insert_cast(&mut out, &mut report, cname.clone(), nt, &cname, target)?;
                     if share {
                         shared.insert(key, c);
                     }
@@ -624,14 +617,7 @@ pub fn transform(
             let o = node.outputs[i];
             let oname = graph.tensor(o).name.clone();
             let cname = names.fresh(&format!("{oname}.cast_out"));
-            let c = out.add_node_named(&cname, Op::Cast { to: declared }, &[new_outs[i]], &[&oname])?[0];
-            report.casts_inserted += 1;
-            report.nodes.push(NodePrecision {
-                node: cname,
-                op: "Cast".into(),
-                dtype: Some(declared),
-                rule: PrecisionRule::InsertedCast,
-            });
+            let c = insert_cast(&mut out, &mut report, cname, new_outs[i], &oname, declared)?;
             final_out.insert(o, c);
         }
     }
@@ -640,6 +626,26 @@ pub fn transform(
         out.mark_output(t)?;
     }
     Ok((out, report))
+}
+
+/// Adds node `name`, a cast of `src` to `to` writing tensor `output`, and records it in the report.
+fn insert_cast(
+    out: &mut ComputeGraph,
+    report: &mut PrecisionReport,
+    name: String,
+    src: TensorId,
+    output: &str,
+    to: DType,
+) -> Result<TensorId, GraphError> {
+    let c = out.add_node_named(&name, Op::Cast { to }, &[src], &[output])?[0];
+    report.casts_inserted += 1;
+    report.nodes.push(NodePrecision {
+        node: name,
+        op: "Cast".into(),
+        dtype: Some(to),
+        rule: PrecisionRule::InsertedCast,
+    });
+    Ok(c)
 }
 
 /// `t` (a tensor of `out`) as `to`: a cast of the kernel result its views start from, with those views replayed on
@@ -664,14 +670,7 @@ fn cast_view_source(
         }
     }
     let cname = names.fresh(&format!("{}.to_{to}", out.tensor(src).name));
-    let mut cur = out.add_node_named(&cname, Op::Cast { to }, &[src], &[&cname])?[0];
-    report.casts_inserted += 1;
-    report.nodes.push(NodePrecision {
-        node: cname,
-        op: "Cast".into(),
-        dtype: Some(to),
-        rule: PrecisionRule::InsertedCast,
-    });
+    let mut cur = insert_cast(out, report, cname.clone(), src, &cname, to)?;
     for (name, op) in views.into_iter().rev() {
         let vname = names.fresh(&format!("{name}.{to}"));
         let op_name = op.name().to_string();
