@@ -10,13 +10,14 @@
 //! the file's `value_info` and graph outputs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use graph_ir::{ComputeGraph, DType, Limits, Op, Shape, TensorId, TensorRole};
 
 use crate::attr::Attrs;
 use crate::error::OnnxError;
 use crate::fold;
-use crate::model::{node_label, show_decl, DeclType, Parsed};
+use crate::model::{node_label, show_decl, Parsed, Structure};
 use crate::proto::{data_type, NodeProto};
 use crate::tensor::TensorValue;
 use crate::types::{code_of, dtype_of};
@@ -87,7 +88,8 @@ pub(crate) struct Importer<'o> {
     pub(crate) opts: &'o ImportOptions,
     graph: ComputeGraph,
     values: HashMap<String, Val>,
-    declared: HashMap<String, DeclType>,
+    /// The model's declared types and node order, shared by every import of one decode.
+    structure: Arc<Structure>,
     /// Optional outputs (index 1 and up) that some node reads or the graph lists as outputs.
     used: HashSet<String>,
     weights: Vec<WeightData>,
@@ -96,7 +98,7 @@ pub(crate) struct Importer<'o> {
 
 /// Runs the whole import on a parsed model.
 pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, OnnxError> {
-    let Parsed { opset, producer, ir_version, graph: gp, initializers, inputs, declared, order } = parsed;
+    let Parsed { opset, producer, ir_version, graph: gp, initializers, inputs, structure } = parsed;
     let name = if gp.name.is_empty() { "onnx".to_string() } else { gp.name.clone() };
     let limits = Limits { max_tensor_bytes: opts.max_tensor_bytes, ..Limits::default() };
     // Which optional outputs (beyond the first) some node or the graph reads: few, so only those are kept.
@@ -113,7 +115,7 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
         opts,
         graph: ComputeGraph::with_limits(name, limits),
         values: HashMap::with_capacity(gp.node.len() * 2 + initializers.len()),
-        declared,
+        structure: Arc::clone(&structure),
         used,
         weights: Vec::new(),
         stats: ImportStats { onnx_nodes: gp.node.len(), ..ImportStats::default() },
@@ -135,7 +137,7 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
         imp.values.insert(name, Val { code: init.dtype, dims: init.dims, konst, id: None, folded: false });
     }
 
-    for &i in &order {
+    for &i in &structure.order {
         imp.node(&gp.node[i], i)?;
     }
 
@@ -243,7 +245,7 @@ impl Importer<'_> {
 
     /// Checks a value's type and dims against what the file declares for it, if anything.
     fn check_declared(&self, name: &str, code: i32, dims: &[usize]) -> Result<(), OnnxError> {
-        let Some(decl) = self.declared.get(name) else { return Ok(()) };
+        let Some(decl) = self.structure.declared.get(name) else { return Ok(()) };
         let type_ok = decl.elem_type == 0 || decl.elem_type == code;
         let resolved = decl.resolved(&self.opts.dims);
         let dims_ok = match &resolved {

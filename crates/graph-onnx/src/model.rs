@@ -117,10 +117,20 @@ pub(crate) struct Parsed {
     pub(crate) initializers: Vec<(String, Initializer)>,
     /// Graph inputs that are not initializers, in file order, with static dims.
     pub(crate) inputs: Vec<Input>,
+    /// The declared types and the node order (shared by every import of one decode).
+    pub(crate) structure: Arc<Structure>,
+}
+
+/// What the checks of a model's structure find that no symbolic dim changes: computed once per decode, so
+/// that a plan set's members share it instead of each re-checking and re-ordering the graph.
+pub(crate) struct Structure {
     /// Declared types of intermediates and outputs, by name.
     pub(crate) declared: HashMap<String, DeclType>,
     /// Node indices in a topological order (file order wherever the file's order is valid).
     pub(crate) order: Vec<usize>,
+    /// For each graph input, whether an initializer of the same name makes it a weight (older exporters
+    /// list weights as inputs too).
+    is_initializer: Vec<bool>,
 }
 
 /// Decodes and checks everything but the operators.
@@ -139,6 +149,9 @@ pub(crate) struct Decoded {
     /// Shared, not copied, by each bind: a plan set imports one decode once per member.
     graph: Arc<GraphProto>,
     initializers: Vec<(String, Initializer)>,
+    /// The structure checked at decode; `None` when a check failed, so that [`bind`] reports the first
+    /// problem in the order a full check meets it (a dims error of a graph input before a duplicate name).
+    structure: Option<Arc<Structure>>,
 }
 
 /// Decodes the protobuf and the initializers (the part of parsing that does not depend on `opts.dims`).
@@ -164,14 +177,39 @@ pub(crate) fn decode(bytes: &[u8], opts: &ImportOptions) -> Result<Decoded, Onnx
         let value = data.map(|d| TensorValue::new(h.dtype, h.dims.clone(), d));
         initializers.push((name, Initializer { dtype: h.dtype, dims: h.dims, value }));
     }
-    Ok(Decoded { opset, producer, ir_version, graph: Arc::new(graph), initializers })
+    let structure = check_structure(&graph, &initializers, None).ok().map(|(s, _)| Arc::new(s));
+    Ok(Decoded { opset, producer, ir_version, graph: Arc::new(graph), initializers, structure })
 }
 
-/// Binds `opts.dims` and checks the rest of the structure (inputs, declared types, a topological order).
+/// Binds `opts.dims` to the graph inputs; the rest of the structure (declared types, a topological order) was
+/// checked once at decode.
 pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, OnnxError> {
-    let Decoded { opset, producer, ir_version, graph, initializers } = decoded;
-    let mut seen: HashMap<&str, String> = HashMap::new();
-    for (name, _) in &initializers {
+    let Decoded { opset, producer, ir_version, graph, initializers, structure } = decoded;
+    let (structure, inputs) = match structure {
+        Some(s) => {
+            let inputs = bind_inputs(&graph, &s.is_initializer, opts)?;
+            (s, inputs)
+        }
+        // A check failed at decode: run them all again, binding the inputs where a full check does, so the
+        // error reported is the first one met.
+        None => {
+            let (s, inputs) = check_structure(&graph, &initializers, Some(opts))?;
+            (Arc::new(s), inputs.unwrap_or_default())
+        }
+    };
+    Ok(Parsed { opset, producer, ir_version, graph, initializers, inputs, structure })
+}
+
+/// Checks the structure: no name defined twice (initializers, graph inputs, node outputs), the declared types,
+/// a topological order, every graph output defined. With `bind` the graph inputs' dims are bound too, between
+/// the initializer and the input checks, so the first problem is reported whether or not dims are given.
+fn check_structure(
+    graph: &GraphProto,
+    initializers: &[(String, Initializer)],
+    bind: Option<&ImportOptions>,
+) -> Result<(Structure, Option<Vec<Input>>), OnnxError> {
+    let mut seen: HashMap<&str, String> = HashMap::with_capacity(initializers.len() + graph.input.len());
+    for (name, _) in initializers {
         if let Some(first) = seen.insert(name, "an initializer".to_string()) {
             return Err(OnnxError::DuplicateDefinition {
                 tensor: name.clone(),
@@ -180,12 +218,12 @@ pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, Onn
             });
         }
     }
-
-    let inputs = bind_inputs(&graph, &seen, opts)?;
-    for i in &inputs {
-        if let Some(first) = seen.insert(&i.name, "a graph input".to_string()) {
+    let is_initializer: Vec<bool> = graph.input.iter().map(|v| seen.contains_key(v.name.as_str())).collect();
+    let inputs = bind.map(|opts| bind_inputs(graph, &is_initializer, opts)).transpose()?;
+    for (v, _) in graph.input.iter().zip(&is_initializer).filter(|(_, &init)| !init) {
+        if let Some(first) = seen.insert(&v.name, "a graph input".to_string()) {
             return Err(OnnxError::DuplicateDefinition {
-                tensor: i.name.clone(),
+                tensor: v.name.clone(),
                 first,
                 second: "a graph input".to_string(),
             });
@@ -209,8 +247,7 @@ pub(crate) fn bind(decoded: Decoded, opts: &ImportOptions) -> Result<Parsed, Onn
             return Err(OnnxError::UndefinedOutput(o.name.clone()));
         }
     }
-    drop(seen);
-    Ok(Parsed { opset, producer, ir_version, graph, initializers, inputs, declared, order })
+    Ok((Structure { declared, order, is_initializer }, inputs))
 }
 
 fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
@@ -225,18 +262,11 @@ fn default_opset(model: &ModelProto) -> Result<i64, OnnxError> {
 /// Reads the graph inputs that are not initializers (older exporters list weights as inputs too), binding
 /// symbolic dims from the options. Every binding must name a symbolic dim of some input, so that a typo in
 /// `--dim` is reported instead of silently ignored.
-fn bind_inputs(
-    graph: &GraphProto,
-    initializers: &HashMap<&str, String>,
-    opts: &ImportOptions,
-) -> Result<Vec<Input>, OnnxError> {
+fn bind_inputs(graph: &GraphProto, is_initializer: &[bool], opts: &ImportOptions) -> Result<Vec<Input>, OnnxError> {
     let mut used: HashSet<&str> = HashSet::new();
     let mut all_symbols: Vec<String> = Vec::new();
     let mut inputs = Vec::new();
-    for v in &graph.input {
-        if initializers.contains_key(v.name.as_str()) {
-            continue;
-        }
+    for (v, _) in graph.input.iter().zip(is_initializer).filter(|(_, &init)| !init) {
         let ty = decl_type(v)?;
         tensor::elem_size(ty.elem_type).ok_or_else(|| OnnxError::UnsupportedDtype {
             tensor: v.name.clone(),

@@ -224,3 +224,40 @@ fn tile_of_run_time_data_is_an_expand_where_it_can_be() {
     .unwrap();
     assert_eq!(folded_i64s(&m, "t"), vec![7, 8, 7, 8]);
 }
+
+/// The structure (declared types, node order, duplicate names) is checked once per decode and shared by every
+/// bind; a file with a structural problem still reports, on each import, the problem a full check meets first.
+#[test]
+fn structure_errors_keep_their_order_across_binds() {
+    use graph_onnx::DecodedModel;
+    let batch = || ValueInfoProto::tensor("x", F, &[Dim::from("batch"), Dim::Value(4)]);
+    // A graph input listed twice: with the batch unbound the dims error comes first, bound it is the duplicate.
+    let dup = encode(18, vec![N::new("Relu", "r", &["x"], &["y"])], vec![batch(), batch()], vec![out("y")], vec![]);
+    let d = DecodedModel::decode(&dup, &ImportOptions::default()).unwrap();
+    let e = d.import(&ImportOptions::default()).unwrap_err();
+    assert!(matches!(&e, OnnxError::UnboundDim { input, dim, .. } if input == "x" && dim == "batch"), "{e}");
+    let e = d.import(&ImportOptions::with_dims([("batch", 2)])).unwrap_err();
+    assert!(matches!(&e, OnnxError::DuplicateDefinition { tensor, .. } if tensor == "x"), "{e}");
+    // A cycle is reported by every import of one decode, after the inputs bind.
+    let cyc = encode(
+        18,
+        vec![N::new("Add", "a", &["x", "c"], &["b"]), N::new("Relu", "r", &["b"], &["c"])],
+        vec![batch()],
+        vec![out("c")],
+        vec![],
+    );
+    let d = DecodedModel::decode(&cyc, &ImportOptions::default()).unwrap();
+    for b in [1, 3] {
+        let e = d.import(&ImportOptions::with_dims([("batch", b)])).unwrap_err();
+        assert!(matches!(&e, OnnxError::Cycle { nodes } if nodes.len() == 3), "{e}");
+    }
+    let e = d.import(&ImportOptions::default()).unwrap_err();
+    assert!(matches!(&e, OnnxError::UnboundDim { .. }), "{e}");
+    // A sound file: two binds of one decode give each its own shapes.
+    let ok = encode(18, vec![N::new("Relu", "r", &["x"], &["y"])], vec![batch()], vec![out("y")], vec![]);
+    let d = DecodedModel::decode(&ok, &ImportOptions::default()).unwrap();
+    for b in [1, 5] {
+        let m = d.import(&ImportOptions::with_dims([("batch", b)])).unwrap();
+        assert_eq!(dims(&m, "y"), vec![b, 4]);
+    }
+}

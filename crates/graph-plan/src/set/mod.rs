@@ -191,17 +191,20 @@ impl PlanSet {
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
 
         // Members plan in parallel too: each gets its own layout and nothing else is shared while planning.
+        // Each member's graph is dropped by the worker that planned it.
         let members: Vec<SetMember> = dims
             .into_par_iter()
-            .zip(graphs.par_iter())
+            .zip(graphs.into_par_iter())
             .zip(layouts.into_par_iter())
             .map(|((d, g), layout)| {
                 let t = Instant::now();
                 let mut o = opts.plan.clone();
                 o.memory.layout = Some(layout);
-                let plan = ExecutionPlan::build_with(g, &o)
+                let plan = ExecutionPlan::build_with(&g, &o)
                     .map_err(|source| SetError::Member { dims: dims_label(&d), source })?;
-                Ok(SetMember { dims: d, plan, compile_ms: t.elapsed().as_secs_f64() * 1e3 })
+                let compile_ms = t.elapsed().as_secs_f64() * 1e3;
+                drop(g);
+                Ok(SetMember { dims: d, plan, compile_ms })
             })
             .collect::<Result<_, SetError>>()?;
         let mut region_bytes = [0u64; 4];
@@ -520,12 +523,16 @@ fn shapes_differ(a: &ComputeGraph, b: &ComputeGraph) -> bool {
 /// member that has it, in the largest member's order.
 fn shared_layouts(dims: &[Dims], graphs: &[ComputeGraph], a: u64) -> Result<Vec<SharedLayout>, SetError> {
     let align = |v: u64| v.max(1).div_ceil(a).saturating_mul(a);
-    let mut slots = Vec::with_capacity(graphs.len());
-    for (d, g) in dims.iter().zip(graphs) {
-        let order =
-            graph_passes::topo::analyse(g).map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })?;
-        slots.push(outside_slots(g, &order));
-    }
+    // Each member's slots are its own graph's facts: found in parallel.
+    let slots: Vec<_> = dims
+        .par_iter()
+        .zip(graphs.par_iter())
+        .map(|(d, g)| {
+            graph_passes::topo::analyse(g)
+                .map(|order| outside_slots(g, &order))
+                .map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })
+        })
+        .collect::<Result<_, _>>()?;
     let mut layouts = vec![SharedLayout::default(); graphs.len()];
     // Weights: one slot per distinct (name, bytes, data).
     let mut weights_bytes = 0u64;
