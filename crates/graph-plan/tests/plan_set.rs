@@ -238,3 +238,53 @@ fn verify_set_catches_a_moved_weight_and_a_grown_pool() {
     let bad: PlanSet = serde_json::from_value(v).unwrap();
     assert!(verify_set(&bad).unwrap_err().iter().any(|e| e.detail.contains("io region")));
 }
+
+/// x [batch, 8] -> MatMul w1 [8, 16] -> Relu -> MatMul w2 [16, 16] -> Relu -> MatMul w3 [16, 4] -> y.
+fn deep(dims: &Dims) -> Result<ComputeGraph, LoadError> {
+    let b = *dims.get("batch").ok_or("no batch")?;
+    let mut g = ComputeGraph::new("deep");
+    let mut h = g.add_input("x", DType::F32, [b, 8])?;
+    for (i, (k, n)) in [(8, 16), (16, 16), (16, 4)].into_iter().enumerate() {
+        let w = g.add_weight(&format!("w{}", i + 1), DType::F32, [k, n])?;
+        h = g.add_node(&format!("mm{}", i + 1), Op::MatMul, &[h, w])?[0];
+        if i < 2 {
+            h = g.add_node(&format!("relu{}", i + 1), Op::Relu, &[h])?[0];
+        }
+    }
+    g.mark_output(h)?;
+    Ok(g)
+}
+
+/// A set planned in half precision lays out the rewritten graphs: the weight a half MatMul reads takes a
+/// half-width slot at one address in every member, every member verifies, and the io slots keep the declared
+/// f32 width.
+#[test]
+fn a_half_precision_set_shares_half_width_weights() {
+    use graph_passes::precision::{Precision, PrecisionPolicy};
+    let spec = BucketSpec::parse(&["batch=1,2,4"]).unwrap();
+    let f32_set = PlanSet::build(&spec, &SetOptions::default(), deep).unwrap();
+    let bytes = |set: &PlanSet, name: &str| -> Vec<(u64, u64)> {
+        set.members()
+            .iter()
+            .map(|m| {
+                let b = m.plan.bindings().iter().find(|b| b.name == name).unwrap();
+                (b.buffer.offset, b.buffer.bytes)
+            })
+            .collect()
+    };
+    assert!(bytes(&f32_set, "w2").iter().all(|&(_, n)| n == 16 * 16 * 4));
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let mut opts = SetOptions::default();
+        opts.plan.precision = PrecisionPolicy::new(p);
+        let set = PlanSet::build(&spec, &opts, deep).unwrap();
+        verify_set(&set).unwrap();
+        for m in set.members() {
+            assert!(verify(&m.plan).is_ok());
+            assert_eq!(m.plan.region_bytes(Region::Weights), set.region_bytes(Region::Weights));
+        }
+        let w2 = bytes(&set, "w2");
+        assert!(w2.iter().all(|&x| x == (w2[0].0, 16 * 16 * 2)), "{p:?}: w2 slots {w2:?}");
+        assert!(set.region_bytes(Region::Weights) < f32_set.region_bytes(Region::Weights), "{p:?}");
+        assert_eq!(set.region_bytes(Region::Io), f32_set.region_bytes(Region::Io), "{p:?}: io keeps f32");
+    }
+}

@@ -18,7 +18,8 @@ mod padding;
 mod spec;
 
 use graph_ir::ComputeGraph;
-use graph_passes::memory::{outside_slots, Region, SharedLayout};
+use graph_passes::memory::{outside_slots, OutsideSlot, Region, SharedLayout};
+use graph_passes::precision::PrecisionPolicy;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -125,11 +126,20 @@ impl PlanSet {
             }
         }
         let dims = spec.members(&opts.fixed);
-        // Members load in parallel: they share nothing but the read-only model.
-        let graphs: Vec<ComputeGraph> = dims
+        // Members load in parallel: they share nothing but the read-only model. The same worker finds the
+        // member's outside-pool slots (its graph's own facts); their errors surface below, where the layout
+        // needs them, so that a set reports its problems in one order.
+        let precision = &opts.plan.precision;
+        let (graphs, slots): (Vec<ComputeGraph>, Vec<Result<Vec<OutsideSlot>, SetError>>) = dims
             .par_iter()
-            .map(|d| load(d).map_err(|source| SetError::Load { dims: dims_label(d), source }))
-            .collect::<Result<_, _>>()?;
+            .map(|d| {
+                let g = load(d).map_err(|source| SetError::Load { dims: dims_label(d), source })?;
+                let slots = member_slots(d, &g, precision);
+                Ok((g, slots))
+            })
+            .collect::<Result<Vec<_>, SetError>>()?
+            .into_iter()
+            .unzip();
         // Weights are supplied once by name for every member, so none may change with the symbols.
         check_weights(&dims, &graphs)?;
         // A symbol with one bucket gets a probe one above it, to see which axes it moves.
@@ -170,24 +180,9 @@ impl PlanSet {
         let io = padding::fit_io(&samples, &pairs);
         drop(samples);
         drop(probes);
-        // The layout is of the graphs the passes will plan: after the precision transform when one is asked for
-        // (half weights and constants take half the slots).
-        let precision = &opts.plan.precision;
-        let rewritten: Vec<ComputeGraph> = if precision.is_identity() {
-            Vec::new()
-        } else {
-            dims.par_iter()
-                .zip(graphs.par_iter())
-                .map(|(d, g)| {
-                    graph_passes::precision::transform(g, precision)
-                        .map(|(g, _)| g)
-                        .map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })
-                })
-                .collect::<Result<_, _>>()?
-        };
-        let planned = if rewritten.is_empty() { &graphs } else { &rewritten };
-        let layouts = shared_layouts(&dims, planned, opts.plan.memory.alignment.max(1))?;
-        drop(rewritten);
+        let slots = slots.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let layouts = shared_layouts(&slots, opts.plan.memory.alignment.max(1));
+        drop(slots);
         let load_ms = t0.elapsed().as_secs_f64() * 1e3;
 
         // Members plan in parallel too: each gets its own layout and nothing else is shared while planning.
@@ -518,22 +513,24 @@ fn shapes_differ(a: &ComputeGraph, b: &ComputeGraph) -> bool {
     b.tensors().any(|(_, t)| a.tensor_id(&t.name).is_none_or(|id| a.tensor(id).shape != t.shape))
 }
 
+/// One member's tensors outside the pool, in the graph the passes will plan: after the precision transform when
+/// one is asked for (half weights and constants take half the slots).
+fn member_slots(d: &Dims, g: &ComputeGraph, precision: &PrecisionPolicy) -> Result<Vec<OutsideSlot>, SetError> {
+    let slots = |g: &ComputeGraph| graph_passes::topo::analyse(g).map(|order| outside_slots(g, &order));
+    let found = if precision.is_identity() {
+        slots(g)
+    } else {
+        graph_passes::precision::transform(g, precision).and_then(|(rewritten, _)| slots(&rewritten))
+    };
+    found.map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })
+}
+
 /// The shared layout of each member: weights and constants equal in name, size and data share one slot (a
 /// constant that differs between members gets its own), and each io tensor gets one slot sized for the largest
 /// member that has it, in the largest member's order.
-fn shared_layouts(dims: &[Dims], graphs: &[ComputeGraph], a: u64) -> Result<Vec<SharedLayout>, SetError> {
+fn shared_layouts(slots: &[Vec<OutsideSlot>], a: u64) -> Vec<SharedLayout> {
     let align = |v: u64| v.max(1).div_ceil(a).saturating_mul(a);
-    // Each member's slots are its own graph's facts: found in parallel.
-    let slots: Vec<_> = dims
-        .par_iter()
-        .zip(graphs.par_iter())
-        .map(|(d, g)| {
-            graph_passes::topo::analyse(g)
-                .map(|order| outside_slots(g, &order))
-                .map_err(|e| SetError::Member { dims: dims_label(d), source: e.into() })
-        })
-        .collect::<Result<_, _>>()?;
-    let mut layouts = vec![SharedLayout::default(); graphs.len()];
+    let mut layouts = vec![SharedLayout::default(); slots.len()];
     // Weights: one slot per distinct (name, bytes, data).
     let mut weights_bytes = 0u64;
     let mut seen: HashMap<(&str, u64, Option<&[u8]>), u64> = HashMap::new();
@@ -571,7 +568,7 @@ fn shared_layouts(dims: &[Dims], graphs: &[ComputeGraph], a: u64) -> Result<Vec<
         layouts[i].weights_bytes = weights_bytes;
         layouts[i].io_bytes = io_bytes;
     }
-    Ok(layouts)
+    layouts
 }
 
 /// One member's binding of a name: offset, bytes, a constant's data.
