@@ -2,18 +2,22 @@
 //! each axis), slicing a bucket's output back, and cutting or joining along one axis for chunked requests. All
 //! row-major, on raw element bytes.
 
+/// The byte sizes of a box `small` inside `big` (same rank, each extent at most `big`'s), after checking that
+/// `data_len` is the size of the one the data has (`big` when `data_is_big`); `None` when anything does not fit.
+fn box_bytes(data_len: usize, small: &[usize], big: &[usize], elem: usize, data_is_big: bool) -> Option<usize> {
+    if small.len() != big.len() || small.iter().zip(big).any(|(s, b)| s > b) {
+        return None;
+    }
+    let n_small = small.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
+    let n_big = big.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
+    let (n_data, n_out) = if data_is_big { (n_big, n_small) } else { (n_small, n_big) };
+    (data_len == n_data).then_some(n_out)
+}
+
 /// The leading box `to` (each extent at most `from`'s) of a row-major tensor of shape `from` with elements of
 /// `elem` bytes; `None` when the shapes or the data do not fit together.
 pub fn box_slice(data: &[u8], from: &[usize], to: &[usize], elem: usize) -> Option<Vec<u8>> {
-    if from.len() != to.len() || to.iter().zip(from).any(|(t, f)| t > f) {
-        return None;
-    }
-    let n_from = from.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
-    if data.len() != n_from {
-        return None;
-    }
-    let n_to = to.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
-    let mut out = Vec::with_capacity(n_to);
+    let mut out = Vec::with_capacity(box_bytes(data.len(), to, from, elem, true)?);
     copy_box(to, from, elem, |src, len| out.extend_from_slice(&data[src..src + len]));
     Some(out)
 }
@@ -21,15 +25,7 @@ pub fn box_slice(data: &[u8], from: &[usize], to: &[usize], elem: usize) -> Opti
 /// A row-major tensor of shape `to` holding `data` (of shape `from`, each extent at most `to`'s) in its leading
 /// box and zeros elsewhere; `None` when the shapes or the data do not fit together.
 pub fn box_pad(data: &[u8], from: &[usize], to: &[usize], elem: usize) -> Option<Vec<u8>> {
-    if from.len() != to.len() || from.iter().zip(to).any(|(f, t)| f > t) {
-        return None;
-    }
-    let n_from = from.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
-    if data.len() != n_from {
-        return None;
-    }
-    let n_to = to.iter().try_fold(elem, |a, &d| a.checked_mul(d))?;
-    let mut out = vec![0u8; n_to];
+    let mut out = vec![0u8; box_bytes(data.len(), from, to, elem, false)?];
     let mut src = 0usize;
     copy_box(from, to, elem, |dst, len| {
         out[dst..dst + len].copy_from_slice(&data[src..src + len]);
@@ -128,6 +124,11 @@ mod tests {
         assert!(box_pad(&d, &[2, 3], &[1, 4], 1).is_none());
         assert!(box_slice(&d[..5], &[2, 3], &[1, 1], 1).is_none());
         assert_eq!(box_slice(&[7, 8], &[], &[], 2).unwrap(), vec![7, 8]);
+        // The data must have the size of the shape it comes in: the small one for a pad, the big one for a slice.
+        assert!(box_pad(&p, &[2, 3], &[3, 4], 1).is_none());
+        assert!(box_slice(&d, &[3, 4], &[2, 3], 1).is_none());
+        assert!(box_pad(&d, &[2, 3], &[2, 3, 1], 1).is_none());
+        assert_eq!(box_pad(&[1, 2], &[1, 1], &[2, 1], 2).unwrap(), vec![1, 2, 0, 0]);
     }
 
     #[test]
