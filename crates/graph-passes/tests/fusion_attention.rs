@@ -6,12 +6,13 @@
 
 mod fusion_util;
 
-use exec_sim::attention::ATTENTION_TOLERANCE;
-use exec_sim::{check as sim_check, CheckOptions, Schedule};
+use exec_sim::attention::{half_attention_tolerance, ATTENTION_TOLERANCE};
+use exec_sim::{check as sim_check, check_plans, check_precision, CheckOptions, Schedule};
 use fusion_util::*;
-use graph_ir::{ComputeGraph, Op, TensorId};
-use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, GroupKind, RejectReason};
-use graph_plan::{PlanOptions, TensorMap};
+use graph_ir::{ComputeGraph, DType, Op, TensorId};
+use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, FusionPlan, GroupKind, RejectReason};
+use graph_passes::precision::{transform, Precision, PrecisionPolicy};
+use graph_plan::{verify, ExecutionPlan, PlanOptions, TensorMap};
 use proptest::prelude::*;
 
 /// How the scores are scaled and masked.
@@ -236,6 +237,79 @@ fn decomposed_head_ops_on_a_shared_transpose() {
     // Not a prologue of either product (phase 2's verdict on the shared operand).
     assert_eq!(verdict(&p, "kt", "qk_a"), Some(RejectReason::Pattern));
     agrees(&g, 11);
+}
+
+/// Plan options for `streams` streams in half precision `p` (the default keep-in-f32 list).
+fn half_opts(p: Precision, streams: usize) -> PlanOptions {
+    let mut o = PlanOptions::with_streams(streams);
+    o.precision = PrecisionPolicy::new(p);
+    o
+}
+
+fn built(g: &ComputeGraph, o: &PlanOptions) -> ExecutionPlan {
+    let plan = ExecutionPlan::build_with(g, o).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    verify(&plan).unwrap_or_else(|v| panic!("{}: {v:?}", g.name()));
+    plan
+}
+
+/// The precision check's tolerance (docs/precision.md): the half plan against the f32 reference plan.
+fn precision_tolerance(p: Precision) -> f64 {
+    if p == Precision::Fp16 {
+        1e-2
+    } else {
+        5e-2
+    }
+}
+
+/// exec-sim, a half plan of `g` (4 streams, random schedule, race check): within the precision check's
+/// tolerance of the f32 reference plan, and within `half_attention_tolerance` of the unfused half reference plan
+/// (the same rewritten graph, no fusion). Returns both worst relative errors.
+fn agrees_half(g: &ComputeGraph, p: Precision, seed: u64) -> (f64, f64) {
+    let o = half_opts(p, 4);
+    let c = check_precision(g, &o, &TensorMap::new(), &TensorMap::new(), 2, seed, precision_tolerance(p)).unwrap();
+    assert!(c.passed, "{} {p}: {c:#?}", g.name());
+    let vs_f32 = c.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+    let mut ro = PlanOptions::reference();
+    ro.precision = o.precision.clone();
+    let tolerance = half_attention_tolerance(p.dtype()).unwrap();
+    let co = CheckOptions { schedule: Schedule::Random { seed }, seed, tolerance, ..CheckOptions::default() };
+    let r = check_plans(&built(g, &ro), &built(g, &o), &TensorMap::new(), &TensorMap::new(), &co).unwrap();
+    assert!(r.passed, "{} {p}: {r:#?}", g.name());
+    let vs_half = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+    (vs_f32, vs_half)
+}
+
+/// The groups of the half-precision rewrite of `g` (fused with `FusionOptions::default()`, checked), with the
+/// rewritten graph.
+fn fuse_half(g: &ComputeGraph, p: Precision) -> (ComputeGraph, FusionPlan) {
+    let (rg, _) = transform(g, &PrecisionPolicy::new(p)).unwrap();
+    let fp = fuse(&rg, &FusionOptions::default());
+    check(&rg, &fp, &FusionCaps::all());
+    (rg, fp)
+}
+
+#[test]
+fn half_bert_block_is_one_attention_kernel_with_its_casts() {
+    let (g, scores) = block(2, 70, 4, Variant { scale: Some(true), mask: Mask::Padding });
+    let f32_launches = built(&g, &PlanOptions::default()).kernel_count_fused;
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let (rg, fp) = fuse_half(&g, p);
+        let attn: Vec<usize> = (0..fp.groups.len()).filter(|&i| fp.groups[i].kind == GroupKind::Attention).collect();
+        assert_eq!(attn.len(), 1, "{p}: {:?}", names(&rg, &fp));
+        let members = &names(&rg, &fp)[attn[0]];
+        eprintln!("{p}: {members:?}");
+        let scores = rg.tensor_id(&g.tensor(scores).name).unwrap();
+        assert!(!fp.is_materialized(&rg, scores), "{p}");
+        assert_eq!(fp.stats.merges_attention, 1);
+        // The whole plan: as many launches as in f32, and the attention kernel computes in half around its casts.
+        let plan = built(&g, &half_opts(p, 1));
+        assert_eq!(plan.kernel_count_fused, f32_launches, "{p}");
+        let k = plan.kernels().iter().find(|k| k.kind == GroupKind::Attention).unwrap();
+        let casts = k.body.iter().filter(|i| matches!(i.op, Op::Cast { .. })).count();
+        assert!(casts >= 2, "{p}: {casts} casts");
+        let (vs_f32, vs_half) = agrees_half(&g, p, 3);
+        eprintln!("{p}: vs f32 {vs_f32:e}, vs unfused half {vs_half:e}");
+    }
 }
 
 proptest! {

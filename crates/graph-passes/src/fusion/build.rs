@@ -191,8 +191,7 @@ impl Pass<'_, '_> {
                         continue;
                     }
                     Err((r, w)) => {
-                        let next = [c.scale, c.mask, c.softmax].into_iter().find(|&n| n != NONE).unwrap_or(c.softmax);
-                        (c.m1, next, r, w)
+                        (c.m1, c.after_m1(), r, w)
                     }
                 },
             };
