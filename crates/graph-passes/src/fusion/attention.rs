@@ -11,12 +11,13 @@
 //!
 //! A chain is recognised from its Softmax, walking back to the first MatMul and forward to the second, every link
 //! a direct edge (no view in between). It is an attention candidate once the scores come from a MatMul; from
-//! then on every reason it cannot fuse is reported on the edge out of that MatMul: the softmax is not over the
-//! last axis, an intermediate (scores, cast scores, scaled or masked scores, probabilities, cast probabilities) is
-//! read elsewhere or is a graph output, the mask or scale broadcasts the scores to a larger shape, the
-//! probabilities are not the left operand of the second MatMul, V broadcasts the batch of the scores, a value has
-//! another dtype than the chain needs (f32 between the casts, the chain's type outside them), or a cast converts
-//! to another type than the chain needs (f32 after the first MatMul, the scores' half type after the Softmax).
+//! then on every reason it cannot fuse is reported on the edge out of that MatMul (out of its cast, when phase 1
+//! made a cast the MatMul's epilogue and left no kernel edge there): the softmax is not over the last axis, an
+//! intermediate (scores, cast scores, scaled or masked scores, probabilities, cast probabilities) is read
+//! elsewhere or is a graph output, the mask or scale broadcasts the scores to a larger shape, the probabilities
+//! are not the left operand of the second MatMul, V broadcasts the batch of the scores, a value has another
+//! dtype than the chain needs (f32 between the casts, the chain's type outside them), or a cast converts to
+//! another type than the chain needs (f32 after the first MatMul, the scores' half type after the Softmax).
 
 use graph_ir::{DType, Op, OpCategory};
 
