@@ -2,13 +2,28 @@
 //! of K and V with an online softmax (running maximum, running sum, rescaled accumulator), so the score matrix is
 //! never formed. The reference plan computes the same chain unfused (MatMul, scale, mask, Softmax, MatMul).
 //!
-//! **Agreement with the reference.** Each score is the same f32 dot product (sequential over `k`) scaled and
-//! masked in f32 as the unfused ops do; the softmax statistics and the `P.V` accumulator are f64, rounded to f32
-//! once at the end, whereas the reference rounds the probabilities to f32 and sums `P.V` in f32. Outputs agree
-//! within `ATTENTION_TOLERANCE` relative to the output's magnitude (well inside `CheckOptions::tolerance`, 1e-5);
-//! they are not bitwise equal.
+//! **Agreement with the reference (f32 chains).** Each score is the same f32 dot product (sequential over `k`)
+//! scaled and masked in f32 as the unfused ops do; the softmax statistics and the `P.V` accumulator are f64,
+//! rounded to f32 once at the end, whereas the reference rounds the probabilities to f32 and sums `P.V` in f32.
+//! Outputs agree within `ATTENTION_TOLERANCE` relative to the output's magnitude (well inside
+//! `CheckOptions::tolerance`, 1e-5); they are not bitwise equal.
+//!
+//! **Half chains** (`MatMul(H) -> Cast(f32) -> [scale] -> [mask] -> Softmax -> Cast(H) -> MatMul(H)`, `H` f16 or
+//! bf16, as the precision transform writes attention under its default policy). The numeric rule of the kernel:
+//! Q, K and V are read as stored (half values, exact in f32); every score is the f32 dot product above, scaled
+//! and masked in f32, and is *not* rounded to `H` (the policy keeps the softmax input in f32, and the fused
+//! kernel has no reason to round a value it never stores); the softmax statistics and `P.V` are f64 as above,
+//! with unrounded probabilities; the output is rounded once, to the output's dtype `H`, on the store. So the
+//! fused kernel is never less accurate than the unfused half chain, but it is not bit-identical to it: the
+//! unfused chain rounds every score to `H` after the first MatMul (its output dtype) and the probabilities to `H`
+//! before `P.V`. A score `s` rounded to `H` moves by up to `|s| u` (`u` = 2^-11 for f16, 2^-8 for bf16), so its
+//! probability by a factor up to `exp(|s| u)`; with the probabilities' own rounding (`u`) and the two outputs'
+//! roundings (`u / 2` each) the outputs differ by at most about `(2 max|s| + 2) u` of `max |V|`. The tests hold
+//! the fused half kernel to [`half_attention_tolerance`] of the unfused half chain (scores up to about 8 in
+//! magnitude, outputs comparable to `max |V|`), and to the precision check's tolerance (1e-2 f16, 5e-2 bf16) of
+//! the f32 reference plan.
 
-use graph_plan::{Kernel, Op, ValueId};
+use graph_plan::{DType, Kernel, Op, ValueId};
 use rayon::prelude::*;
 
 use crate::value::{broadcast_shape, expand, numel, OpResult, Val};
@@ -20,21 +35,67 @@ pub(crate) const TILE: usize = 64;
 /// plan's unfused chain, for f32 inputs of moderate range (the tests hold exec-sim to it).
 pub const ATTENTION_TOLERANCE: f64 = 2e-6;
 
+/// Largest relative difference (to the output's largest magnitude) between the fused kernel of a half chain and
+/// the reference plan's unfused half chain (module docs: `(2 max|s| + 2) u` for scores up to 8, rounded up):
+/// 1e-2 for f16 (u = 2^-11), 8e-2 for bf16 (u = 2^-8); `None` for other dtypes.
+pub fn half_attention_tolerance(dtype: DType) -> Option<f64> {
+    match dtype {
+        DType::F16 => Some(1e-2),
+        DType::BF16 => Some(8e-2),
+        _ => None,
+    }
+}
+
 /// The chain inside an attention kernel's body: indices into `body`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Chain {
     pub m1: usize,
+    /// The Cast of half scores to f32 (a half chain).
+    pub cast_scores: Option<usize>,
     pub scale: Option<usize>,
     pub mask: Option<usize>,
     pub softmax: usize,
+    /// The Cast of the f32 probabilities back to the half type (a half chain).
+    pub cast_probs: Option<usize>,
     pub m2: usize,
 }
 
 impl Chain {
     /// True for the links whose results the fused kernel never forms.
     pub fn skipped(&self, i: usize) -> bool {
-        i == self.m1 || Some(i) == self.scale || Some(i) == self.mask || i == self.softmax
+        i == self.m1
+            || Some(i) == self.cast_scores
+            || Some(i) == self.scale
+            || Some(i) == self.mask
+            || i == self.softmax
+            || Some(i) == self.cast_probs
     }
+}
+
+/// The links below the mask, walking back from value `v`: `[Mul | Div by a scalar] <- [Cast] <- MatMul`, as
+/// `(scale, cast, m1)`.
+fn walk_scores(k: &Kernel, v: ValueId) -> Option<(Option<usize>, Option<usize>, usize)> {
+    let body = &k.body;
+    let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
+    let scalar = |v: &ValueId| k.values.get(v.index()).is_some_and(|x| x.shape.0.iter().product::<usize>() == 1);
+    let (mut scale, mut cast) = (None, None);
+    let mut at = producer(v)?;
+    if matches!(body[at].op, Op::Mul | Op::Div) {
+        let ins = &body[at].inputs;
+        let operand = match body[at].op {
+            Op::Div if ins.len() == 2 && scalar(&ins[1]) => ins[0],
+            Op::Mul if ins.len() == 2 && scalar(&ins[1]) => ins[0],
+            Op::Mul if ins.len() == 2 && scalar(&ins[0]) => ins[1],
+            _ => return None,
+        };
+        scale = Some(at);
+        at = producer(operand)?;
+    }
+    if matches!(body[at].op, Op::Cast { .. }) {
+        cast = Some(at);
+        at = producer(*body[at].inputs.first()?)?;
+    }
+    matches!(body[at].op, Op::MatMul).then_some((scale, cast, at))
 }
 
 /// Find the chain (the planner's `fusion/attention.rs` matcher, on the kernel program).
@@ -44,29 +105,27 @@ pub(crate) fn chain(k: &Kernel) -> Result<Chain, String> {
     let softmax =
         body.iter().position(|i| matches!(i.op, Op::Softmax { .. })).ok_or("attention kernel without a Softmax")?;
     let p = *body[softmax].outputs.first().ok_or("Softmax without output")?;
+    let cast_probs = body.iter().position(|i| matches!(i.op, Op::Cast { .. }) && i.inputs.first() == Some(&p));
+    let probs = match cast_probs {
+        Some(c) => *body[c].outputs.first().ok_or("Cast without output")?,
+        None => p,
+    };
     let m2 = body
         .iter()
-        .position(|i| matches!(i.op, Op::MatMul) && i.inputs.first() == Some(&p))
+        .position(|i| matches!(i.op, Op::MatMul) && i.inputs.first() == Some(&probs))
         .ok_or("attention kernel: no MatMul reads the probabilities")?;
-    let mut at = producer(*body[softmax].inputs.first().ok_or("Softmax without input")?);
-    let (mut scale, mut mask) = (None, None);
-    let from_scores = |v: &ValueId| producer(*v).is_some_and(|j| matches!(body[j].op, Op::Mul | Op::Div | Op::MatMul));
-    if let Some(j) = at.filter(|&j| matches!(body[j].op, Op::Add)) {
-        mask = Some(j);
-        at = body[j].inputs.iter().find(|v| from_scores(v)).and_then(|&v| producer(v));
+    let x = *body[softmax].inputs.first().ok_or("Softmax without input")?;
+    let mut mask = None;
+    let mut below = None;
+    if let Some(j) = producer(x).filter(|&j| matches!(body[j].op, Op::Add)) {
+        below = body[j].inputs.iter().find_map(|&v| walk_scores(k, v));
+        mask = below.map(|_| j);
     }
-    if let Some(j) = at.filter(|&j| matches!(body[j].op, Op::Mul | Op::Div)) {
-        scale = Some(j);
-        at = body[j]
-            .inputs
-            .iter()
-            .find(|v| producer(**v).is_some_and(|q| matches!(body[q].op, Op::MatMul)))
-            .and_then(|&v| producer(v));
+    if mask.is_none() {
+        below = walk_scores(k, x);
     }
-    let m1 = at
-        .filter(|&j| matches!(body[j].op, Op::MatMul))
-        .ok_or("attention kernel: the scores do not come from a MatMul")?;
-    Ok(Chain { m1, scale, mask, softmax, m2 })
+    let (scale, cast_scores, m1) = below.ok_or("attention kernel: the scores do not come from a MatMul")?;
+    Ok(Chain { m1, cast_scores, scale, mask, softmax, cast_probs, m2 })
 }
 
 /// Compute the output of `chain.m2` from the values the chain reads (`env`, indexed by value).
@@ -77,7 +136,12 @@ pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
     let s_out = m1.outputs[0];
     let (q, kt) = (get(m1.inputs[0])?, get(m1.inputs[1])?);
     // The scale: the scalar operand of the Mul or Div, and whether it divides.
-    let mut score_v = s_out;
+    // The scores as the scale reads them: through the Cast to f32 in a half chain (the fused kernel never
+    // rounds them to the half type).
+    let mut score_v = match c.cast_scores {
+        Some(j) => body[j].outputs[0],
+        None => s_out,
+    };
     let scale = match c.scale {
         Some(j) => {
             let ins = &body[j].inputs;
@@ -170,5 +234,7 @@ pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
     }
     let mut shape = batch;
     shape.extend([sq, dv]);
-    Ok(Val::from_f(v.dtype, shape, out))
+    // One rounding, to the output's dtype, on the store.
+    let out_dtype = k.values.get(body[c.m2].outputs[0].index()).map_or(v.dtype, |x| x.dtype);
+    Ok(Val::from_f(out_dtype, shape, out))
 }

@@ -6,12 +6,13 @@
 
 mod fusion_util;
 
-use exec_sim::attention::ATTENTION_TOLERANCE;
-use exec_sim::{check as sim_check, CheckOptions, Schedule};
+use exec_sim::attention::{half_attention_tolerance, ATTENTION_TOLERANCE};
+use exec_sim::{check as sim_check, check_plans, check_precision, CheckOptions, Schedule};
 use fusion_util::*;
-use graph_ir::{ComputeGraph, Op, TensorId};
-use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, GroupKind, RejectReason};
-use graph_plan::{PlanOptions, TensorMap};
+use graph_ir::{ComputeGraph, DType, Op, TensorId};
+use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, FusionPlan, GroupKind, RejectReason};
+use graph_passes::precision::{transform, Precision, PrecisionPolicy};
+use graph_plan::{verify, ExecutionPlan, PlanOptions, TensorMap};
 use proptest::prelude::*;
 
 /// How the scores are scaled and masked.
@@ -150,10 +151,15 @@ fn attention_without_scale_or_mask_and_with_a_causal_mask() {
 
 /// The decision on the edge out of the score MatMul.
 fn refusal(g: &ComputeGraph, caps: FusionCaps) -> (RejectReason, FusionPhase, String) {
+    refusal_from(g, caps, "qk")
+}
+
+/// The decision on the edge out of `producer` (the score MatMul, or the cast phase 1 made its epilogue).
+fn refusal_from(g: &ComputeGraph, caps: FusionCaps, producer: &str) -> (RejectReason, FusionPhase, String) {
     let p = fuse(g, &FusionOptions { caps: caps.clone(), ..Default::default() });
     check(g, &p, &caps);
     assert!(kinds(&p).iter().all(|&k| k != GroupKind::Attention));
-    let d = p.decisions.iter().find(|d| d.producer == "qk").unwrap();
+    let d = p.decisions.iter().find(|d| d.producer == producer).unwrap_or_else(|| panic!("{:#?}", p.decisions));
     (d.rejected.unwrap(), d.phase, d.detail.clone())
 }
 
@@ -238,23 +244,235 @@ fn decomposed_head_ops_on_a_shared_transpose() {
     agrees(&g, 11);
 }
 
+/// Plan options for `streams` streams in half precision `p` (the default keep-in-f32 list).
+fn half_opts(p: Precision, streams: usize) -> PlanOptions {
+    let mut o = PlanOptions::with_streams(streams);
+    o.precision = PrecisionPolicy::new(p);
+    o
+}
+
+fn built(g: &ComputeGraph, o: &PlanOptions) -> ExecutionPlan {
+    let plan = ExecutionPlan::build_with(g, o).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    verify(&plan).unwrap_or_else(|v| panic!("{}: {v:?}", g.name()));
+    plan
+}
+
+/// The precision check's tolerance (docs/precision.md): the half plan against the f32 reference plan.
+fn precision_tolerance(p: Precision) -> f64 {
+    if p == Precision::Fp16 {
+        1e-2
+    } else {
+        5e-2
+    }
+}
+
+/// exec-sim, a half plan of `g` (4 streams, random schedule, race check): within the precision check's
+/// tolerance of the f32 reference plan, and within `half_attention_tolerance` of the unfused half reference plan
+/// (the same rewritten graph, no fusion). Returns both worst relative errors.
+fn agrees_half(g: &ComputeGraph, p: Precision, seed: u64) -> (f64, f64) {
+    let o = half_opts(p, 4);
+    let c = check_precision(g, &o, &TensorMap::new(), &TensorMap::new(), 2, seed, precision_tolerance(p)).unwrap();
+    assert!(c.passed, "{} {p}: {c:#?}", g.name());
+    let vs_f32 = c.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+    let mut ro = PlanOptions::reference();
+    ro.precision = o.precision.clone();
+    let tolerance = half_attention_tolerance(p.dtype()).unwrap();
+    let co = CheckOptions { schedule: Schedule::Random { seed }, seed, tolerance, ..CheckOptions::default() };
+    let r = check_plans(&built(g, &ro), &built(g, &o), &TensorMap::new(), &TensorMap::new(), &co).unwrap();
+    assert!(r.passed, "{} {p}: {r:#?}", g.name());
+    let vs_half = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+    (vs_f32, vs_half)
+}
+
+/// The groups of the half-precision rewrite of `g` (fused with `FusionOptions::default()`, checked), with the
+/// rewritten graph.
+fn fuse_half(g: &ComputeGraph, p: Precision) -> (ComputeGraph, FusionPlan) {
+    let (rg, _) = transform(g, &PrecisionPolicy::new(p)).unwrap();
+    let fp = fuse(&rg, &FusionOptions::default());
+    check(&rg, &fp, &FusionCaps::all());
+    (rg, fp)
+}
+
+#[test]
+fn half_bert_block_is_one_attention_kernel_with_its_casts() {
+    let (g, scores) = block(2, 70, 4, Variant { scale: Some(true), mask: Mask::Padding });
+    let f32_launches = built(&g, &PlanOptions::default()).kernel_count_fused;
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let (rg, fp) = fuse_half(&g, p);
+        let attn: Vec<usize> = (0..fp.groups.len()).filter(|&i| fp.groups[i].kind == GroupKind::Attention).collect();
+        assert_eq!(attn.len(), 1, "{p}: {:?}", names(&rg, &fp));
+        // The casts the transform put around the f32 softmax input are links of the chain.
+        let narrow = format!("softmax.to_{}", p.dtype());
+        assert_eq!(
+            names(&rg, &fp)[attn[0]],
+            s(&["qk", "qk.to_f32.scale", "scale", "mask_add", "softmax", narrow.as_str(), "pv", "merge_t"]),
+            "{p}"
+        );
+        assert_eq!(fp.groups.len(), 5, "{p}: {:?}", names(&rg, &fp));
+        let scores = rg.tensor_id(&g.tensor(scores).name).unwrap();
+        assert!(!fp.is_materialized(&rg, scores), "{p}");
+        assert_eq!(fp.stats.merges_attention, 1);
+        // The whole plan: as many launches as in f32, and the attention kernel computes in half around its casts.
+        let plan = built(&g, &half_opts(p, 1));
+        assert_eq!(plan.kernel_count_fused, f32_launches, "{p}");
+        let k = plan.kernels().iter().find(|k| k.kind == GroupKind::Attention).unwrap();
+        let casts = k.body.iter().filter(|i| matches!(i.op, Op::Cast { .. })).count();
+        assert!(casts >= 2, "{p}: {casts} casts");
+        // Measured: fp16 8.1e-4 / 8.0e-4, bf16 6.3e-3 / 6.5e-3 (against f32 / against the unfused half chain).
+        let (vs_f32, vs_half) = agrees_half(&g, p, 3);
+        assert!(vs_f32 > 0.0 && vs_half > 0.0, "{p}: half results are not bit-identical to either reference");
+    }
+}
+
+/// `qk(f16) -> [Cast] -> softmax -> [Cast] -> pv` over f16 Q and K^T and V of `v_dtype`.
+fn half_chain(cast_scores: Option<DType>, cast_probs: Option<DType>, v_dtype: DType) -> ComputeGraph {
+    let mut g = ComputeGraph::new("half_chain");
+    let q = g.add_input("q", DType::F16, [2, 8, 4]).unwrap();
+    let kt = g.add_input("kt", DType::F16, [2, 4, 8]).unwrap();
+    let v = g.add_input("v", v_dtype, [2, 8, 4]).unwrap();
+    let mut t = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
+    if let Some(to) = cast_scores {
+        t = n1(&mut g, "cast_scores", Op::Cast { to }, &[t]);
+    }
+    t = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[t]);
+    if let Some(to) = cast_probs {
+        t = n1(&mut g, "cast_probs", Op::Cast { to }, &[t]);
+    }
+    let o = n1(&mut g, "pv", Op::MatMul, &[t, v]);
+    g.mark_output(o).unwrap();
+    g
+}
+
+#[test]
+fn a_half_chain_fuses_only_with_both_casts_to_the_right_types() {
+    // The half chain as the transform writes it: one kernel, and the unfused half chain (the graph's own
+    // reference plan) within the stated tolerance.
+    let g = half_chain(Some(DType::F32), Some(DType::F16), DType::F16);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![s(&["qk", "cast_scores", "softmax", "cast_probs", "pv"])]);
+    assert_eq!(kinds(&p), vec![GroupKind::Attention]);
+    let tolerance = half_attention_tolerance(DType::F16).unwrap();
+    let co = CheckOptions { schedule: Schedule::Random { seed: 5 }, seed: 5, tolerance, ..CheckOptions::default() };
+    let r = sim_check(&g, &PlanOptions::with_streams(2), &TensorMap::new(), &TensorMap::new(), &co).unwrap();
+    assert!(r.passed && r.optimised_launches == 1 && r.reference_launches == 5, "{r:#?}");
+    // The scores cast to another type than f32.
+    let g = half_chain(Some(DType::BF16), Some(DType::F16), DType::F16);
+    let (r, ph, d) = refusal(&g, FusionCaps::all());
+    assert_eq!((r, ph), (RejectReason::Pattern, FusionPhase::Attention));
+    assert_eq!(d, "attention: cast 'cast_scores' converts f16 to bf16, the chain needs f32 there");
+    // The probabilities cast to another half type than the scores'.
+    let g = half_chain(Some(DType::F32), Some(DType::BF16), DType::BF16);
+    let (r, _, d) = refusal(&g, FusionCaps::all());
+    assert_eq!(r, RejectReason::Pattern);
+    assert_eq!(d, "attention: cast 'cast_probs' converts f32 to bf16, the chain needs f16 there");
+    // A half chain without the casts (`--keep-f32 none`): the softmax would run in half.
+    let g = half_chain(None, None, DType::F16);
+    let (_, _, d) = refusal(&g, FusionCaps::all());
+    assert!(d.starts_with("attention: 'qk' is f16, the chain needs f32"), "{d}");
+    // Only the first cast: the probabilities reach the second MatMul in f32.
+    let g = half_chain(Some(DType::F32), None, DType::F32);
+    let (_, _, d) = refusal(&g, FusionCaps::all());
+    assert!(d.starts_with("attention: 'softmax' is f32, the chain needs f16"), "{d}");
+    // An f32 chain that narrows its scores.
+    let mut g = ComputeGraph::new("narrowed");
+    let q = g.add_input("q", F, [2, 8, 4]).unwrap();
+    let kt = g.add_input("kt", F, [2, 4, 8]).unwrap();
+    let v = g.add_input("v", DType::F16, [2, 8, 4]).unwrap();
+    let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
+    let c = n1(&mut g, "cast_scores", Op::Cast { to: DType::F16 }, &[sc]);
+    let pr = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[c]);
+    let o = n1(&mut g, "pv", Op::MatMul, &[pr, v]);
+    g.mark_output(o).unwrap();
+    let (_, _, d) = refusal(&g, FusionCaps::all());
+    assert_eq!(d, "attention: cast 'cast_scores' converts f32 to f16, the chain needs f32 there");
+    // Every refused chain still plans, verifies and computes the reference's values exactly.
+    for g in [half_chain(Some(DType::BF16), Some(DType::F16), DType::F16), half_chain(None, None, DType::F16)] {
+        let r = sim_check(
+            &g,
+            &PlanOptions::with_streams(2),
+            &TensorMap::new(),
+            &TensorMap::new(),
+            &CheckOptions::default(),
+        )
+        .unwrap();
+        assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{r:?}");
+    }
+}
+
+#[test]
+fn large_half_scores_stay_within_the_stated_tolerance_of_the_unfused_half_chain() {
+    // Scores up to 4 x 1.4^2 = 7.8 in magnitude (`half_attention_tolerance`'s premise): the unfused chain rounds
+    // each to half, the fused kernel does not. f16 and bf16 inputs through the same chain.
+    for h in [DType::F16, DType::BF16] {
+        let mut g = ComputeGraph::new("large_scores");
+        let q = g.add_input("q", h, [2, 8, 4]).unwrap();
+        let kt = g.add_input("kt", h, [2, 4, 8]).unwrap();
+        let v = g.add_input("v", h, [2, 8, 4]).unwrap();
+        let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
+        let c = n1(&mut g, "cast_scores", Op::Cast { to: F }, &[sc]);
+        let pr = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[c]);
+        let c = n1(&mut g, "cast_probs", Op::Cast { to: h }, &[pr]);
+        let o = n1(&mut g, "pv", Op::MatMul, &[c, v]);
+        g.mark_output(o).unwrap();
+        let tensor = |shape: [usize; 3], f: &dyn Fn(usize) -> f32| {
+            let vals: Vec<f32> = (0..64).map(f).collect();
+            let t = graph_plan::HostTensor::from_f32(shape.to_vec(), &vals);
+            graph_plan::HostTensor { dtype: h, data: graph_plan::exec::f32_to_half_bytes(&t.data, h), ..t }
+        };
+        let mut inputs = TensorMap::new();
+        inputs.insert("q".into(), tensor([2, 8, 4], &|i| 1.4 * (i as f32 * 0.7).sin()));
+        inputs.insert("kt".into(), tensor([2, 4, 8], &|i| 1.4 * (i as f32 * 1.3).cos()));
+        inputs.insert("v".into(), tensor([2, 8, 4], &|i| (i as f32 * 0.37).sin()));
+        let tolerance = half_attention_tolerance(h).unwrap();
+        let co = CheckOptions { tolerance, ..CheckOptions::default() };
+        let r = sim_check(&g, &PlanOptions::default(), &inputs, &TensorMap::new(), &co).unwrap();
+        assert_eq!(r.optimised_launches, 1, "{h}");
+        // Measured: f16 7.0e-4, bf16 2.8e-3 (tolerances 1e-2 and 8e-2).
+        assert!(r.passed && r.outputs[0].max_rel_err > 0.0, "{h}: {r:#?}");
+    }
+}
+
+#[test]
+fn the_transformer_family_in_half_has_the_launches_of_f32() {
+    let g = graph_ir::synth::transformer(2, 32, 4, 8, 1).unwrap();
+    let f32_plan = built(&g, &PlanOptions::default());
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let plan = built(&g, &half_opts(p, 2));
+        assert_eq!(plan.kernel_count_fused, f32_plan.kernel_count_fused, "{p}");
+        assert_eq!(plan.kernels().iter().filter(|k| k.kind == GroupKind::Attention).count(), 2, "{p}");
+        agrees_half(&g, p, 9);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
-    /// Random head counts, lengths (across the 64-column tile), head sizes, scales and masks: the chain is one
-    /// attention kernel, the projections take their head split, and exec-sim's online softmax agrees with the
-    /// reference plan.
+    /// Random head counts, lengths (across the 64-column tile), head sizes, scales, masks and precisions (f32,
+    /// fp16, bf16 under the default policy): the chain is one attention kernel, the projections take their head
+    /// split, and exec-sim's online softmax agrees with the reference plan (half: `agrees_half`).
     #[test]
-    fn random_attention_blocks_fuse_and_agree(heads in 1usize..4, s in 1usize..150, d in 1usize..9, scale in 0u8..3, mask in 0u8..3, seed in 0u64..1000) {
+    fn random_attention_blocks_fuse_and_agree(heads in 1usize..4, s in 1usize..150, d in 1usize..9, scale in 0u8..3, mask in 0u8..3, seed in 0u64..1000, precision in 0u8..3) {
         let v = Variant {
             scale: [None, Some(true), Some(false)][scale as usize],
             mask: [Mask::None, Mask::Padding, Mask::Causal][mask as usize],
         };
         let (g, scores) = block(heads, s, d, v);
-        let p = fuse(&g, &FusionOptions::default());
-        check(&g, &p, &FusionCaps::all());
-        prop_assert_eq!(p.groups.len(), 5);
-        prop_assert!(!p.is_materialized(&g, scores));
-        agrees(&g, seed);
+        let precision = [Precision::Fp32, Precision::Fp16, Precision::Bf16][precision as usize];
+        if precision == Precision::Fp32 {
+            let p = fuse(&g, &FusionOptions::default());
+            check(&g, &p, &FusionCaps::all());
+            prop_assert_eq!(p.groups.len(), 5);
+            prop_assert!(!p.is_materialized(&g, scores));
+            agrees(&g, seed);
+        } else {
+            // A half chain: the transform's casts join the chain, the launches stay those of f32.
+            let (rg, p) = fuse_half(&g, precision);
+            prop_assert_eq!(p.groups.len(), 5, "{:?}", names(&rg, &p));
+            prop_assert_eq!(p.stats.merges_attention, 1);
+            let scores = rg.tensor_id(&g.tensor(scores).name).unwrap();
+            prop_assert!(!p.is_materialized(&rg, scores));
+            agrees_half(&g, precision, seed);
+        }
     }
 }

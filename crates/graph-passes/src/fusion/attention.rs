@@ -1,13 +1,23 @@
-//! Fused attention (FlashAttention's kernel shape): `MatMul(Q, K^T) -> [Mul or Div by a scalar] -> [Add mask or
-//! bias] -> Softmax(last axis) -> MatMul(., V)` planned as one kernel that walks tiles of K and V with an online
-//! softmax, so the score matrix is never materialised (it leaves the memory pool).
+//! Fused attention (FlashAttention's kernel shape): `MatMul(Q, K^T) -> [Cast] -> [Mul or Div by a scalar] ->
+//! [Add mask or bias] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` planned as one kernel that walks tiles of K
+//! and V with an online softmax, so the score matrix is never materialised (it leaves the memory pool).
+//!
+//! **Dtypes.** Either the whole chain is f32 with no cast, or it is a *half chain*: Q, K, V, the scores and the
+//! output in one half type `H` (f16 or bf16), a `Cast` to f32 right after the first MatMul, the scale, mask and
+//! Softmax in f32, and a `Cast` back to `H` right after the Softmax. That is what the precision transform makes of
+//! an attention block under its default policy (`softmax-input` and `Softmax` kept in f32); the casts become links
+//! of the chain and members of the fused kernel, which reads `H`, computes the scores, scale, mask and softmax in
+//! f32 and rounds the output to `H` once (exec-sim's `attention` module states the numerics).
 //!
 //! A chain is recognised from its Softmax, walking back to the first MatMul and forward to the second, every link
 //! a direct edge (no view in between). It is an attention candidate once the scores come from a MatMul; from
-//! then on every reason it cannot fuse is reported on the edge out of that MatMul: the softmax is not over the
-//! last axis, an intermediate (scores, scaled or masked scores, probabilities) is read elsewhere or is a graph
-//! output, the mask or scale broadcasts the scores to a larger shape, the probabilities are not the left operand
-//! of the second MatMul, V broadcasts the batch of the scores, or a value is not f32.
+//! then on every reason it cannot fuse is reported on the edge out of that MatMul (out of its cast, when phase 1
+//! made a cast the MatMul's epilogue and left no kernel edge there): the softmax is not over the last axis, an
+//! intermediate (scores, cast scores, scaled or masked scores, probabilities, cast probabilities) is read
+//! elsewhere or is a graph output, the mask or scale broadcasts the scores to a larger shape, the probabilities
+//! are not the left operand of the second MatMul, V broadcasts the batch of the scores, a value has another
+//! dtype than the chain needs (f32 between the casts, the chain's type outside them), or a cast converts to
+//! another type than the chain needs (f32 after the first MatMul, the scores' half type after the Softmax).
 
 use graph_ir::{DType, Op, OpCategory};
 
@@ -18,20 +28,31 @@ use super::rules::Why;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Chain {
     pub m1: u32,
+    /// The Cast of the scores to f32 (half chains).
+    pub cast_scores: u32,
     pub scale: u32,
     pub mask: u32,
     pub softmax: u32,
+    /// The Cast of the probabilities back to the half type (half chains).
+    pub cast_probs: u32,
     pub m2: u32,
 }
 
 impl Chain {
     /// The chain's nodes in program order.
     pub fn nodes(&self) -> impl Iterator<Item = u32> + '_ {
-        [self.m1, self.scale, self.mask, self.softmax, self.m2].into_iter().filter(|&n| n != NONE)
+        [self.m1, self.cast_scores, self.scale, self.mask, self.softmax, self.cast_probs, self.m2]
+            .into_iter()
+            .filter(|&n| n != NONE)
     }
 
     pub fn contains(&self, n: u32) -> bool {
         self.nodes().any(|x| x == n)
+    }
+
+    /// The link right after the first MatMul: the edge `m1 -> after_m1()` carries the chain's verdict.
+    pub fn after_m1(&self) -> u32 {
+        [self.cast_scores, self.scale, self.mask].into_iter().find(|&n| n != NONE).unwrap_or(self.softmax)
     }
 }
 
@@ -56,25 +77,18 @@ fn producer(d: &Dense<'_>, t: u32) -> u32 {
     }
 }
 
-/// Match the chain around Softmax node `s`.
-pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
-    let Op::Softmax { axis } = d.op(s) else { return Found::No };
-    let Some(&x) = d.inputs(s).first() else { return Found::No };
-    // Walk back: [Add] <- [Mul | Div] <- MatMul.
-    let (mut scale, mut mask) = (NONE, NONE);
-    let mut t = x;
+/// The links below the mask: `[Mul | Div by a scalar] <- [Cast] <- MatMul`, walking back from tensor `t`.
+struct Below {
+    scale: u32,
+    cast: u32,
+    m1: u32,
+    /// The first MatMul's output.
+    scores: u32,
+}
+
+fn walk_scores(d: &Dense<'_>, mut t: u32) -> Option<Below> {
+    let (mut scale, mut cast) = (NONE, NONE);
     let mut node = producer(d, t);
-    if node != NONE && matches!(d.op(node), Op::Add) {
-        let ins = d.inputs(node);
-        let from_scores = |u: u32| {
-            let p = producer(d, u);
-            p != NONE && matches!(d.op(p), Op::Mul | Op::Div | Op::MatMul)
-        };
-        let Some(k) = (0..ins.len()).find(|&k| from_scores(ins[k])) else { return Found::No };
-        mask = node;
-        t = ins[k];
-        node = producer(d, t);
-    }
     if node != NONE && matches!(d.op(node), Op::Mul | Op::Div) {
         let ins = d.inputs(node);
         let scalar = |u: u32| d.numel[u as usize] == 1;
@@ -82,20 +96,42 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
             Op::Div if ins.len() == 2 && scalar(ins[1]) => 0,
             Op::Mul if ins.len() == 2 && scalar(ins[1]) => 0,
             Op::Mul if ins.len() == 2 && scalar(ins[0]) => 1,
-            _ => return Found::No,
+            _ => return None,
         };
         scale = node;
         t = ins[k];
         node = producer(d, t);
     }
-    if node == NONE || !matches!(d.op(node), Op::MatMul) {
-        return Found::No;
+    if node != NONE && matches!(d.op(node), Op::Cast { .. }) {
+        cast = node;
+        t = *d.inputs(node).first()?;
+        node = producer(d, t);
     }
-    let m1 = node;
+    (node != NONE && matches!(d.op(node), Op::MatMul)).then_some(Below { scale, cast, m1: node, scores: t })
+}
+
+/// Match the chain around Softmax node `s`.
+pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
+    let Op::Softmax { axis } = d.op(s) else { return Found::No };
+    let Some(&x) = d.inputs(s).first() else { return Found::No };
+    // Walk back: [Add] <- [Mul | Div] <- [Cast] <- MatMul; the mask's scores operand is the one that leads to a
+    // MatMul.
+    let mut mask = NONE;
+    let mut below = None;
+    let node = producer(d, x);
+    if node != NONE && matches!(d.op(node), Op::Add) {
+        below = d.inputs(node).iter().find_map(|&u| walk_scores(d, u));
+        if below.is_some() {
+            mask = node;
+        }
+    }
+    if mask == NONE {
+        below = walk_scores(d, x);
+    }
+    let Some(Below { scale, cast: cast_scores, m1, scores }) = below else { return Found::No };
     // The edge the verdict goes on: out of m1 into the next link.
-    let next = [scale, mask, s].into_iter().find(|&n| n != NONE).unwrap_or(s);
+    let next = [cast_scores, scale, mask, s].into_iter().find(|&n| n != NONE).unwrap_or(s);
     let refuse = |why: Why| Found::Refused { m1, next, why };
-    let scores = t;
     let sdims = d.dims(scores);
     if sdims.len() < 2 || d.dims(d.inputs(m1)[0]).len() < 2 || d.dims(d.inputs(m1)[1]).len() < 2 {
         return refuse(Why::AttnShape { node: m1 });
@@ -107,15 +143,26 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
     }
     // Every intermediate is read once, by the next link, and is no graph output.
     let p_t = d.outputs(s)[0];
-    let readers = d.readers(p_t);
+    let mut cast_probs = NONE;
+    let mut probs = p_t;
+    if let [c] = d.readers(p_t) {
+        if matches!(d.op(*c), Op::Cast { .. }) {
+            cast_probs = *c;
+            probs = d.outputs(*c)[0];
+        }
+    }
+    let readers = d.readers(probs);
     let m2 = match readers {
-        [c] if matches!(d.op(*c), Op::MatMul) && d.inputs(*c).first() == Some(&p_t) => *c,
+        [c] if matches!(d.op(*c), Op::MatMul) && d.inputs(*c).first() == Some(&probs) => *c,
         [c] => return refuse(Why::AttnNotPv { node: *c }),
-        _ => return refuse(Why::AttnEscapes { t: p_t }),
+        _ => return refuse(Why::AttnEscapes { t: probs }),
     };
     let mut inter = vec![scores];
-    inter.extend([scale, mask].into_iter().filter(|&n| n != NONE).map(|n| d.outputs(n)[0]));
+    inter.extend([cast_scores, scale, mask].into_iter().filter(|&n| n != NONE).map(|n| d.outputs(n)[0]));
     inter.push(p_t);
+    if cast_probs != NONE {
+        inter.push(probs);
+    }
     for &u in &inter {
         if d.is_output(u) || d.readers(u).len() != 1 || d.root[u as usize] != u {
             return refuse(Why::AttnEscapes { t: u });
@@ -131,14 +178,52 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
     if vd.len() < 2 || od.len() != sdims.len() || od[..od.len() - 2] != sdims[..sdims.len() - 2] {
         return refuse(Why::AttnBatch { node: m2 });
     }
-    let f32_only = [scores, p_t, o, v, d.inputs(m1)[0], d.inputs(m1)[1]]
-        .into_iter()
-        .chain([scale, mask].into_iter().filter(|&n| n != NONE).flat_map(|n| d.inputs(n).iter().copied()))
-        .find(|&u| d.graph.tensor(d.tids[u as usize]).dtype != DType::F32);
-    if let Some(u) = f32_only {
-        return refuse(Why::AttnDtype { t: u });
+    if let Some(why) = dtypes(d, &Chain { m1, cast_scores, scale, mask, softmax: s, cast_probs, m2 }) {
+        return refuse(why);
     }
-    Found::Chain(Chain { m1, scale, mask, softmax: s, m2 })
+    Found::Chain(Chain { m1, cast_scores, scale, mask, softmax: s, cast_probs, m2 })
+}
+
+/// The dtype rule (module docs): `None` when the chain is all f32 without casts, or a half chain with both casts.
+fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
+    let dtype = |t: u32| d.graph.tensor(d.tids[t as usize]).dtype;
+    let cast_to = |n: u32| match d.op(n) {
+        Op::Cast { to } => *to,
+        _ => DType::F32,
+    };
+    let scores = d.outputs(c.m1)[0];
+    // The chain's type: what the first MatMul computes in. A half chain needs both casts, an f32 chain none.
+    let outer = dtype(scores);
+    let half = matches!(outer, DType::F16 | DType::BF16);
+    if !half && outer != DType::F32 || half && c.cast_scores == NONE {
+        return Some(Why::AttnDtype { t: scores, want: DType::F32 });
+    }
+    if c.cast_scores != NONE && (!half || cast_to(c.cast_scores) != DType::F32) {
+        return Some(Why::AttnCast { node: c.cast_scores, want: DType::F32 });
+    }
+    if c.cast_probs != NONE && (!half || cast_to(c.cast_probs) != outer) {
+        return Some(Why::AttnCast { node: c.cast_probs, want: outer });
+    }
+    let p_t = d.outputs(c.softmax)[0];
+    if half && c.cast_probs == NONE {
+        return Some(Why::AttnDtype { t: p_t, want: outer });
+    }
+    // Outside the casts: Q, K, V, the probabilities MatMul reads and the output in the chain's type.
+    let (m2_in, o) = (d.inputs(c.m2), d.outputs(c.m2)[0]);
+    let outside = [d.inputs(c.m1)[0], d.inputs(c.m1)[1], m2_in[0], m2_in[1], o];
+    if let Some(&u) = outside.iter().find(|&&u| dtype(u) != outer) {
+        return Some(Why::AttnDtype { t: u, want: outer });
+    }
+    // Between the casts: f32, the scale and mask operands included.
+    let mut inside: Vec<u32> = vec![p_t];
+    if c.cast_scores != NONE {
+        inside.push(d.outputs(c.cast_scores)[0]);
+    }
+    for n in [c.scale, c.mask].into_iter().filter(|&n| n != NONE) {
+        inside.extend(d.inputs(n).iter().copied());
+        inside.push(d.outputs(n)[0]);
+    }
+    inside.into_iter().find(|&u| dtype(u) != DType::F32).map(|u| Why::AttnDtype { t: u, want: DType::F32 })
 }
 
 /// Whether a member outside the chain may ride along in the fused kernel: elementwise side producers (a mask

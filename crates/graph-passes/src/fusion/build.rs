@@ -190,12 +190,20 @@ impl Pass<'_, '_> {
                         self.stats.merges_attention += 1;
                         continue;
                     }
-                    Err((r, w)) => {
-                        let next = [c.scale, c.mask, c.softmax].into_iter().find(|&n| n != NONE).unwrap_or(c.softmax);
-                        (c.m1, next, r, w)
-                    }
+                    Err((r, w)) => (c.m1, c.after_m1(), r, w),
                 },
             };
+            // A cast that phase 1 made the MatMul's epilogue (a half chain's cast of the scores) leaves no kernel
+            // edge there: the verdict goes on the edge out of the cast.
+            let (mut m1, mut next) = (m1, next);
+            while self.groups.owner[m1 as usize] == self.groups.owner[next as usize]
+                && matches!(d.op(next), graph_ir::Op::Cast { .. })
+            {
+                match d.outputs(next).first().map(|&t| d.readers(t)) {
+                    Some(&[r]) => (m1, next) = (next, r),
+                    _ => break,
+                }
+            }
             let k =
                 self.verdict(Verdict { reason: Some(reason), phase: FusionPhase::Attention, score: 0, why: Some(why) });
             if let Some(e) = d.edge(m1, next) {

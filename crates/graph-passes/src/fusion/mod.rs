@@ -22,7 +22,9 @@
 //!   LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) each become one kernel.
 //! - **Attention kernels** (`Attention`, when `FusionCaps::attention`): `MatMul(Q, K^T) -> [Mul/Div by a
 //!   scalar] -> [Add mask] -> Softmax(last axis) -> MatMul(., V)`, each link a direct edge read by nothing else,
-//!   all f32, planned as one FlashAttention-style kernel (tiles of K and V, online softmax): the scores never
+//!   all f32 or a half chain (half Q, K, V with a Cast to f32 after the first MatMul and back after the
+//!   Softmax, as the precision transform writes it; the casts join the kernel), planned as one
+//!   FlashAttention-style kernel (tiles of K and V, online softmax): the scores never
 //!   leave the kernel, so they take no pool bytes. Elementwise side producers of the mask and a permuted
 //!   epilogue (the head merge) that phase 1 put with the chain ride along; nothing joins afterwards. A chain
 //!   whose scores come from a MatMul but cannot fuse gets its reason on the edge out of that MatMul

@@ -43,7 +43,8 @@ pub(super) enum Why {
     AttnBroadcast { t: u32 },
     AttnShape { node: u32 },
     AttnBatch { node: u32 },
-    AttnDtype { t: u32 },
+    AttnDtype { t: u32, want: graph_ir::DType },
+    AttnCast { node: u32, want: graph_ir::DType },
     AttnMember { node: u32 },
     AttnClosed { node: u32 },
 }
@@ -130,7 +131,21 @@ impl Why {
             }
             Why::AttnShape { node } => format!("attention: '{}' has operands of rank below 2", n(node)),
             Why::AttnBatch { node } => format!("attention: V of '{}' broadcasts the batch of the scores", n(node)),
-            Why::AttnDtype { t: x } => format!("attention: '{}' is not f32", t(x)),
+            Why::AttnDtype { t: x, want } => {
+                let is = d.graph.tensor(d.tids[*x as usize]).dtype;
+                format!("attention: '{}' is {is}, the chain needs {want} (f32 chains, or half ones cast to f32 around the softmax)", t(x))
+            }
+            Why::AttnCast { node, want } => {
+                let from = d.inputs(*node).first().map(|&i| d.graph.tensor(d.tids[i as usize]).dtype);
+                let to = d.outputs(*node).first().map(|&o| d.graph.tensor(d.tids[o as usize]).dtype);
+                let name = |x: Option<graph_ir::DType>| x.map_or_else(|| "?".to_string(), |x| x.to_string());
+                format!(
+                    "attention: cast '{}' converts {} to {}, the chain needs {want} there",
+                    n(node),
+                    name(from),
+                    name(to)
+                )
+            }
             Why::AttnMember { node } => {
                 format!("attention: '{}' (fused with the chain) cannot run in an attention kernel", n(node))
             }
