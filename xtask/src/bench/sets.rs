@@ -49,12 +49,13 @@ pub fn measure(sampler: &Sampler) -> Result<Vec<SetRow>> {
         if let Err(v) = verify_set(&set) {
             anyhow::bail!("{name}: the set fails verify_set: {}", v[0]);
         }
+        let ((one_plan_ms, one_plan_wall_ms), (set_ms, set_wall_ms)) = (medians(&one), medians(&times));
         rows.push(SetRow {
             name: name.to_string(),
-            one_plan_ms: medians(&one).0,
-            set_ms: medians(&times).0,
-            one_plan_wall_ms: medians(&one).1,
-            set_wall_ms: medians(&times).1,
+            one_plan_ms,
+            set_ms,
+            one_plan_wall_ms,
+            set_wall_ms,
             set_pool_bytes: set.pool_bytes(),
             sum_pool_bytes: set.sum_pool_bytes(),
             weights_bytes: set.region_bytes(graph_plan::Region::Weights),
