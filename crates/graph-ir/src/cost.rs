@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::op::{Op, OpCategory};
-use crate::TensorSpec;
+use crate::{DType, Shape, TensorSpec};
 
 /// What one op costs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,16 +37,43 @@ impl OpCost {
     }
 }
 
-fn numel(t: &TensorSpec) -> u64 {
-    t.shape.numel().unwrap_or(usize::MAX) as u64
+/// The operands of an op as `op_cost` reads them: how many, and each one's dtype and shape, borrowed. Lets a
+/// caller that holds tensors in a graph cost a node without copying their shapes into `TensorSpec`s.
+pub trait Operands {
+    /// Number of operands.
+    fn count(&self) -> usize;
+    /// Dtype and shape of operand `i` (`i < count()`).
+    fn operand(&self, i: usize) -> (DType, &Shape);
 }
 
-fn bytes(t: &TensorSpec) -> u64 {
-    t.shape.byte_size(t.dtype).unwrap_or(usize::MAX) as u64
+impl Operands for [TensorSpec] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn operand(&self, i: usize) -> (DType, &Shape) {
+        (self[i].dtype, &self[i].shape)
+    }
 }
 
-fn sum_bytes(ts: &[TensorSpec]) -> u64 {
-    ts.iter().map(bytes).fold(0u64, u64::saturating_add)
+fn numel(s: &Shape) -> u64 {
+    s.numel().unwrap_or(usize::MAX) as u64
+}
+
+fn sum_bytes<T: Operands + ?Sized>(ts: &T) -> u64 {
+    (0..ts.count())
+        .map(|i| {
+            let (d, s) = ts.operand(i);
+            s.byte_size(d).unwrap_or(usize::MAX) as u64
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+fn first_numel<T: Operands + ?Sized>(ts: &T) -> u64 {
+    if ts.count() == 0 {
+        0
+    } else {
+        numel(ts.operand(0).1)
+    }
 }
 
 /// Arithmetic operations per output element of an elementwise op (transcendentals count a few).
@@ -85,9 +112,14 @@ pub fn elementwise_flops_per_element(op: &Op) -> u64 {
 
 /// The cost of `op` given its input and output specs.
 pub fn op_cost(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> OpCost {
+    op_cost_of(op, inputs, outputs)
+}
+
+/// The cost of `op` given its operands, however the caller holds them (`op_cost` for owned specs).
+pub fn op_cost_of<I: Operands + ?Sized, O: Operands + ?Sized>(op: &Op, inputs: &I, outputs: &O) -> OpCost {
     let read = sum_bytes(inputs);
     let written = sum_bytes(outputs);
-    let out0 = outputs.first().map_or(0, numel);
+    let out0 = first_numel(outputs);
     let flops = match op.category() {
         OpCategory::View => return OpCost::default(),
         OpCategory::Elementwise => out0.saturating_mul(elementwise_flops_per_element(op)),
@@ -103,7 +135,7 @@ pub fn op_cost(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> OpCost
             0
         }
         OpCategory::Reduction => {
-            let n = inputs.first().map_or(0, numel);
+            let n = first_numel(inputs);
             match op {
                 Op::Softmax { .. } => n.saturating_mul(12),
                 Op::LayerNormalization { .. } => n.saturating_mul(8),
@@ -116,29 +148,27 @@ pub fn op_cost(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> OpCost
     OpCost { flops, bytes_read: read, bytes_written: written }
 }
 
-fn anchor_flops(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> u64 {
-    let out = match outputs.first() {
-        Some(o) => o,
-        None => return 0,
-    };
-    let on = numel(out);
+fn anchor_flops<I: Operands + ?Sized, O: Operands + ?Sized>(op: &Op, inputs: &I, outputs: &O) -> u64 {
+    if outputs.count() == 0 {
+        return 0;
+    }
+    let on = first_numel(outputs);
+    let dims = |i: usize| if i < inputs.count() { inputs.operand(i).1.dims() } else { &[] };
     match op {
         Op::MatMul => {
-            let a = &inputs[0].shape;
-            let k = a.dims().last().copied().unwrap_or(1) as u64;
+            let k = dims(0).last().copied().unwrap_or(1) as u64;
             on.saturating_mul(k).saturating_mul(2)
         }
         Op::Gemm { trans_a, .. } => {
-            let a = &inputs[0].shape.0;
-            let k = if *trans_a { a[0] } else { a[1] } as u64;
-            let bias = if inputs.len() > 2 { on } else { 0 };
+            let a = dims(0);
+            let k = a.get(usize::from(!*trans_a)).copied().unwrap_or(1) as u64;
+            let bias = if inputs.count() > 2 { on } else { 0 };
             on.saturating_mul(k).saturating_mul(2).saturating_add(bias)
         }
         Op::Conv(_) => {
-            let w = &inputs[1].shape.0;
             // Per output element: C/group x kernel window multiply-adds.
-            let per: u64 = w[1..].iter().map(|&d| d as u64).fold(1u64, u64::saturating_mul);
-            let bias = if inputs.len() > 2 { on } else { 0 };
+            let per: u64 = dims(1).iter().skip(1).map(|&d| d as u64).fold(1u64, u64::saturating_mul);
+            let bias = if inputs.count() > 2 { on } else { 0 };
             on.saturating_mul(per).saturating_mul(2).saturating_add(bias)
         }
         Op::MaxPool(a) | Op::AveragePool(a) => {

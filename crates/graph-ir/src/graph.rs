@@ -9,7 +9,7 @@ use slotmap::{new_key_type, SecondaryMap, SlotMap};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::cost::{op_cost, OpCost};
+use crate::cost::{op_cost_of, OpCost, Operands};
 use crate::error::{GraphError, GraphResult};
 use crate::infer::{infer, InferError};
 use crate::op::{Op, OpCategory};
@@ -487,12 +487,14 @@ impl ComputeGraph {
         self.node_by_name.get(name).copied()
     }
 
-    /// The cost of one node from its shapes and dtypes.
+    /// The cost of one node from its shapes and dtypes (read in place: no shape is copied).
     pub fn node_cost(&self, id: NodeId) -> OpCost {
         let n = &self.nodes[id];
-        let ins: Vec<TensorSpec> = n.inputs.iter().map(|&t| self.tensors[t].spec()).collect();
-        let outs: Vec<TensorSpec> = n.outputs.iter().map(|&t| self.tensors[t].spec()).collect();
-        op_cost(&n.op, &ins, &outs)
+        op_cost_of(
+            &n.op,
+            &GraphOperands { tensors: &self.tensors, ids: &n.inputs },
+            &GraphOperands { tensors: &self.tensors, ids: &n.outputs },
+        )
     }
 
     /// Number of nodes per category.
@@ -517,6 +519,22 @@ impl ComputeGraph {
             return Err(GraphError::NoOutputs { graph: self.name.clone() });
         }
         Ok(())
+    }
+}
+
+/// A node's inputs or outputs as `op_cost_of` reads them, borrowed from the graph.
+struct GraphOperands<'a> {
+    tensors: &'a SlotMap<TensorId, Tensor>,
+    ids: &'a [TensorId],
+}
+
+impl Operands for GraphOperands<'_> {
+    fn count(&self) -> usize {
+        self.ids.len()
+    }
+    fn operand(&self, i: usize) -> (DType, &Shape) {
+        let t = &self.tensors[self.ids[i]];
+        (t.dtype, &t.shape)
     }
 }
 
