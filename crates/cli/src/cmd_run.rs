@@ -370,7 +370,11 @@ fn print_precision_check(c: &exec_sim::PrecisionCheck, p: Precision) {
     );
     for o in &c.outputs {
         let ok = o.max_rel_err <= c.tolerance && o.non_finite == 0;
-        let top1 = o.top1.map_or(String::new(), |(agree, rows)| format!(", top-1 agreement {agree}/{rows}"));
+        let ties = match o.top1_near_ties {
+            0 => String::new(),
+            k => format!(" ({k} other(s) a near tie: the two picks' reference scores within one {p} rounding step)"),
+        };
+        let top1 = o.top1.map_or(String::new(), |(agree, rows)| format!(", top-1 agreement {agree}/{rows}{ties}"));
         let nf = if o.non_finite > 0 { format!(", {} non-finite", o.non_finite) } else { String::new() };
         println!(
             "  {} {}: max abs err {:.3e}, max rel err {:.3e}{top1}{nf}",

@@ -26,6 +26,11 @@ pub struct PrecisionOutput {
     pub non_finite: usize,
     /// Classifier outputs: (rows whose arg-max agrees, rows), over all seeds.
     pub top1: Option<(usize, usize)>,
+    /// Classifier rows whose arg-max differs only between near-tied scores: the reference scores of the two
+    /// picks are within one rounding step of the half type (its unit roundoff times the row's max magnitude),
+    /// so the half storage cannot tell them apart (saturated `tanh` outputs are all 1.0 to a half, say).
+    #[serde(default)]
+    pub top1_near_ties: usize,
 }
 
 /// The result of [`check_precision`].
@@ -108,12 +113,13 @@ pub fn check_precision(
             let g = got.get(name).ok_or_else(|| CheckError::Outputs(format!("'{name}' missing from the half plan")))?;
             let c = compare(name, w, g, tolerance);
             let non_finite = g.to_f64().iter().filter(|x| !x.is_finite()).count();
-            let top1 = classifier_top1(w, g);
+            let (top1, near_ties) = classifier_top1(w, g, unit_roundoff(opts.precision.precision.dtype()));
             match outputs.iter_mut().find(|o| &o.name == name) {
                 Some(o) => {
                     o.max_abs_err = o.max_abs_err.max(c.max_abs_err);
                     o.max_rel_err = o.max_rel_err.max(c.max_rel_err);
                     o.non_finite += non_finite;
+                    o.top1_near_ties += near_ties;
                     o.top1 = match (o.top1, top1) {
                         (Some((a, n)), Some((b, m))) => Some((a + b, n + m)),
                         (x, y) => x.or(y),
@@ -125,6 +131,7 @@ pub fn check_precision(
                     max_rel_err: c.max_rel_err,
                     non_finite,
                     top1,
+                    top1_near_ties: near_ties,
                 }),
             }
         }
@@ -133,18 +140,57 @@ pub fn check_precision(
     Ok(PrecisionCheck { seeds: seeds.max(1), tolerance, outputs, overflow, passed })
 }
 
-/// Rows whose arg-max agrees, for a `[batch, classes]` float output with at least two classes.
-fn classifier_top1(want: &HostTensor, got: &HostTensor) -> Option<(usize, usize)> {
+/// The unit roundoff of a storage type: half the distance from 1.0 to the next value (0 for f32 and others).
+fn unit_roundoff(d: DType) -> f64 {
+    match d {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        _ => 0.0,
+    }
+}
+
+/// For a `[batch, classes]` float output with at least two classes: (rows whose arg-max agrees, rows), and the
+/// disagreeing rows whose two picks have reference scores within `u` times the row's max magnitude (near ties).
+fn classifier_top1(want: &HostTensor, got: &HostTensor, u: f64) -> (Option<(usize, usize)>, usize) {
     let d = want.shape.dims();
     if d.len() != 2 || d[1] < 2 || !want.dtype.is_float() {
-        return None;
+        return (None, 0);
     }
     let (w, g) = (want.to_f64(), got.to_f64());
     let argmax = |v: &[f64]| {
         v.iter().enumerate().fold((0usize, f64::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0
     };
-    let rows = d[0];
-    let agree =
-        (0..rows).filter(|&r| argmax(&w[r * d[1]..(r + 1) * d[1]]) == argmax(&g[r * d[1]..(r + 1) * d[1]])).count();
-    Some((agree, rows))
+    let (rows, cols) = (d[0], d[1]);
+    let (mut agree, mut near) = (0, 0);
+    for r in 0..rows {
+        let (wr, gr) = (&w[r * cols..(r + 1) * cols], &g[r * cols..(r + 1) * cols]);
+        let (a, b) = (argmax(wr), argmax(gr));
+        if a == b {
+            agree += 1;
+        } else {
+            let scale = wr.iter().fold(0f64, |m, x| m.max(x.abs()));
+            near += usize::from((wr[a] - wr[b]).abs() <= u * scale);
+        }
+    }
+    (Some((agree, rows)), near)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top1_counts_agreement_and_near_ties_per_row() {
+        // Row 0 agrees; row 1 picks class 2 where the reference has 1.0 vs 0.9999 (a near tie in f16, whose
+        // unit roundoff is 2^-11 ~ 4.9e-4); row 2 picks class 0 where the reference has 0.5 vs 1.0 (not a tie).
+        let want = HostTensor::from_f32([3, 3], &[0.1, 0.9, 0.2, 0.3, 1.0, 0.9999, 0.5, 1.0, 0.0]);
+        let got = HostTensor::from_f32([3, 3], &[0.1, 0.9, 0.2, 0.3, 0.9995, 1.0, 1.0, 0.5, 0.0]);
+        assert_eq!(classifier_top1(&want, &got, unit_roundoff(DType::F16)), (Some((1, 3)), 1));
+        // In bf16 (2^-8) the same rows: still one near tie; with f32's zero roundoff, none.
+        assert_eq!(classifier_top1(&want, &got, unit_roundoff(DType::BF16)), (Some((1, 3)), 1));
+        assert_eq!(classifier_top1(&want, &got, unit_roundoff(DType::F32)), (Some((1, 3)), 0));
+        // Not a classifier shape: no figure.
+        let flat = HostTensor::from_f32([4], &[1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(classifier_top1(&flat, &flat, 0.0), (None, 0));
+    }
 }

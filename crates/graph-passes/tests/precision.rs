@@ -279,8 +279,14 @@ proptest! {
             prop_assert!(k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. }) && !i.op.is_view()),
                 "kernel {} only casts: {:?}", k.name, k.node_names().collect::<Vec<_>>());
         }
-        prop_assert!(plan.kernel_count_fused <= f32_plan.kernel_count_fused + 2,
-            "{} launches vs {}", plan.kernel_count_fused, f32_plan.kernel_count_fused);
+        // On several streams fusion also weighs concurrency with the timing model (`LosesConcurrency`), and
+        // half tensors move half the bytes, so the two plans may trade launches for overlap differently
+        // (random_dag seed 59 at 2 streams under bf16: 17 launches against 14, every extra one a merge refused
+        // for the critical path, none a cast). The launch bound is a single-stream property.
+        if streams == 1 {
+            prop_assert!(plan.kernel_count_fused <= f32_plan.kernel_count_fused + 2,
+                "{} launches vs {}", plan.kernel_count_fused, f32_plan.kernel_count_fused);
+        }
         let tol = if half { 2e-2 } else { 1e-1 };
         let c = exec_sim::check_precision(&g, &o, &TensorMap::new(), &TensorMap::new(), 1, seed, tol).unwrap();
         prop_assert_eq!(c.overflow.clone(), None);
