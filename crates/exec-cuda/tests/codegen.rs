@@ -233,6 +233,40 @@ fn model_families_compile() {
     }
 }
 
+/// Half plans (fp16 and bf16) of the model families compile with NVRTC, with cuBLAS anchors (half epilogues
+/// reading a product stored in half or in f32) and with every product generated.
+#[test]
+fn half_plans_compile() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let test = "half_plans_compile";
+    let graphs = [
+        synth::mlp(3, 16, 4).unwrap(),
+        synth::transformer(1, 16, 2, 8, 1).unwrap(),
+        synth::resnet_like(1, 4, 8).unwrap(),
+    ];
+    let mut sources = Vec::new();
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let mut opts = PlanOptions::with_streams(2);
+        opts.fusion.caps = codegen::fusion_caps();
+        opts.precision = PrecisionPolicy::new(p);
+        for g in &graphs {
+            let plan = ExecutionPlan::build_with(g, &opts).unwrap();
+            graph_plan::verify(&plan).unwrap();
+            for cublas in [true, false] {
+                let s = codegen::generate_all_with(&plan, &codegen::CodegenOptions { cublas })
+                    .unwrap_or_else(|e| panic!("{test}: {} {p:?}: {e}", g.name()));
+                sources.extend(s);
+            }
+        }
+    }
+    assert!(sources.iter().any(|s| s.blas.is_some_and(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)));
+    if !common::nvrtc_or_skip(test) {
+        return;
+    }
+    let n = common::compile_distinct(test, &sources, &CompileCache::new(), &CompileOptions::default());
+    eprintln!("{test}: {n} distinct half kernels compile");
+}
+
 /// One graph touching every op the code generator emits.
 fn op_coverage() -> ComputeGraph {
     let f = DType::F32;

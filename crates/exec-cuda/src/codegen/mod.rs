@@ -113,8 +113,8 @@ pub struct KernelSource {
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
 /// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, else the per-element
-/// fallback runs; see [`BlasStep`]) and any chain of
-/// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
+/// fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
+/// its own shape); row kernels take several
 /// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
 /// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too). Kernel
 /// parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
