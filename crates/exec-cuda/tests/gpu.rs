@@ -311,10 +311,11 @@ fn cublas_half_matmul_matches_the_host_model() {
 }
 
 /// End to end on the GPU: prepare and replay whole plans (several streams, captured graph), compared with the
-/// host emulator's numbers for the same generated kernels.
+/// host emulator's numbers for the same generated kernels, in f32, fp16 and bf16.
 #[test]
 fn plans_run_end_to_end_and_match_the_host_emulator() {
     use common::host::{compiler, run_plan, HostRegions};
+    use graph_plan::precision::{Precision, PrecisionPolicy};
     use graph_plan::{BindingRole, ExecutionPlan, Executor, HostTensor, PlanOptions, PreparedPlan, TensorMap};
     let test = "plans_run_end_to_end_and_match_the_host_emulator";
     let Some(_device) = device_or_skip(test) else {
@@ -330,9 +331,15 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         graph_plan::ir::synth::transformer(1, 16, 2, 8, 1).unwrap(),
         graph_plan::ir::synth::resnet_like(1, 4, 8).unwrap(),
     ];
-    for g in &graphs {
+    // f32 within 1e-3 of the host; half plans (cuBLAS GemmEx products, half storage) within the precision check's
+    // tolerances, since a GPU sum that differs in its last f32 bit may round to the neighbouring half value.
+    let precisions = [(None, 1e-3f32), (Some(Precision::Fp16), 1e-2), (Some(Precision::Bf16), 5e-2)];
+    for (g, (precision, tol)) in graphs.iter().flat_map(|g| precisions.iter().map(move |p| (g, *p))) {
         let mut opts = PlanOptions::with_streams(3);
         opts.fusion.caps = exec_cuda::codegen::fusion_caps();
+        if let Some(p) = precision {
+            opts.precision = PrecisionPolicy::new(p);
+        }
         let plan = ExecutionPlan::build_with(g, &opts).unwrap();
         let seeded = |role| {
             let mut m = TensorMap::new();
@@ -352,6 +359,9 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
             }
             Err(e) => panic!("{}: {e}", g.name()),
         };
+        for e in &prepared.info().cublas_refused {
+            eprintln!("{test}: {} {precision:?}: {e}", g.name());
+        }
         let first = prepared.run(&inputs).unwrap();
         let second = prepared.run(&inputs).unwrap();
         assert_eq!(first, second, "{}: replays are deterministic", g.name());
@@ -364,11 +374,17 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
             }
         }
         run_plan(cxx, &format!("gpu-{}", g.name()), &plan, &mut regions);
+        // Outputs keep their declared dtype (f32) under every precision.
         for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
             let want = common::from_bytes(regions.bytes(b.buffer));
             let got = first[&b.name].to_f32().unwrap();
             for (i, (x, y)) in got.iter().zip(&want).enumerate() {
-                assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{}: '{}'[{i}] gpu {x} host {y}", g.name(), b.name);
+                assert!(
+                    (x - y).abs() <= tol * y.abs().max(1.0),
+                    "{} {precision:?}: '{}'[{i}] gpu {x} host {y}",
+                    g.name(),
+                    b.name
+                );
             }
         }
     }
