@@ -1,20 +1,130 @@
-//! cuBLAS bound to one stream: single-precision GEMM (plain and strided-batched), column-major as cuBLAS is, and
-//! the row-major MatMul/Gemm of ONNX mapped onto it.
+//! cuBLAS bound to one stream: GEMM (plain and strided-batched) in f32, or with f16/bf16 operands and f32
+//! compute, column-major as cuBLAS is, and the row-major MatMul/Gemm of ONNX mapped onto it.
 //!
 //! Row-major `C = op(A) * op(B)` is column-major `C^T = op(B)^T * op(A)^T`: a row-major buffer read column-major
 //! is its transpose, so the call swaps the operands and the m/n sizes and keeps each operand's own transpose flag.
+//!
+//! Element types ([`GemmTypes`]): f32 operands run `cublasSgemm_v2` (plain FP32, no TF32); f16 or bf16 operands
+//! run `cublasGemmEx` / `cublasGemmStridedBatchedEx` with `CUBLAS_COMPUTE_32F`, so that products of half values
+//! accumulate in f32 and the result is rounded once, on the store, to C's type (f16/bf16 like the operands, or
+//! f32) — the rule exec-sim follows (`docs/precision.md`). [`GemmType::min_capability`] says which devices cuBLAS
+//! runs each type on; [`Matmul::check_device`] turns a refusal into [`CudaError::PrecisionUnsupported`].
 
 use std::ffi::c_int;
 use std::fmt;
 
+use graph_plan::DType;
+
 use crate::device::{Device, DeviceBuffer, DevicePtr, Stream};
 use crate::error::{cublas, CudaError, CudaResult};
-use crate::ffi::{self, BlasHandle, SgemmCall};
+use crate::ffi::{self, BlasHandle, GemmCall};
 
-/// A column-major single-precision GEMM: `C = alpha * op(A) * op(B) + beta * C`, `op(A)` m x k, `op(B)` k x n,
-/// repeated `batch` times with element strides between the matrices of a batch.
+/// The element type of a GEMM operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmType {
+    /// IEEE single precision (`CUDA_R_32F`).
+    F32,
+    /// IEEE half precision (`CUDA_R_16F`).
+    F16,
+    /// bfloat16 (`CUDA_R_16BF`).
+    BF16,
+}
+
+impl GemmType {
+    /// The GEMM type of a plan dtype, or `None` for a dtype cuBLAS products do not take here (integers).
+    #[must_use]
+    pub fn of(dtype: DType) -> Option<Self> {
+        match dtype {
+            DType::F32 => Some(Self::F32),
+            DType::F16 => Some(Self::F16),
+            DType::BF16 => Some(Self::BF16),
+            _ => None,
+        }
+    }
+
+    /// The plan dtype of this type.
+    #[must_use]
+    pub fn dtype(self) -> DType {
+        match self {
+            Self::F32 => DType::F32,
+            Self::F16 => DType::F16,
+            Self::BF16 => DType::BF16,
+        }
+    }
+
+    /// Bytes per element.
+    #[must_use]
+    pub fn size(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::BF16 => 2,
+        }
+    }
+
+    /// The lowest compute capability on which this backend runs a cuBLAS product with operands of this type.
+    ///
+    /// - f32: any device CUDA 12 supports (`cublasSgemm_v2`);
+    /// - f16: 5.0, `cublasGemmEx`'s own minimum (below it cuBLAS answers `CUBLAS_STATUS_ARCH_MISMATCH`); every
+    ///   device CUDA 12 supports has it;
+    /// - bf16: 8.0 (Ampere), the first architecture with bf16 tensor-core instructions. cuBLAS's bf16 GemmEx on
+    ///   older devices depends on the cuBLAS version (it answers `CUBLAS_STATUS_NOT_SUPPORTED` on sm_52 and
+    ///   sm_60 with CUDA 11.3, PyTorch issue 57773, and works on sm_75), so this backend does not rely on it
+    ///   there: such products run as generated kernels, which need no tensor cores.
+    #[must_use]
+    pub fn min_capability(self) -> (u32, u32) {
+        match self {
+            Self::F32 => (0, 0),
+            Self::F16 => (5, 0),
+            Self::BF16 => (8, 0),
+        }
+    }
+}
+
+impl fmt::Display for GemmType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.dtype(), f)
+    }
+}
+
+/// The element types of one GEMM: A and B share `ab`; C is `c`. Compute (accumulation, alpha, beta) is f32.
+///
+/// Valid pairs are those cuBLAS takes with `CUBLAS_COMPUTE_32F`: f32/f32, f16/f16, f16/f32, bf16/bf16 and
+/// bf16/f32 ([`GemmTypes::is_valid`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemmTypes {
+    /// Type of A and B.
+    pub ab: GemmType,
+    /// Type of C.
+    pub c: GemmType,
+}
+
+impl GemmTypes {
+    /// f32 everywhere: `cublasSgemm_v2`.
+    pub const F32: Self = Self { ab: GemmType::F32, c: GemmType::F32 };
+
+    /// Operands and result all of type `t`.
+    #[must_use]
+    pub fn uniform(t: GemmType) -> Self {
+        Self { ab: t, c: t }
+    }
+
+    /// Whether cuBLAS takes this pair with f32 compute: C is A's type or f32.
+    #[must_use]
+    pub fn is_valid(self) -> bool {
+        self.c == self.ab || self.c == GemmType::F32
+    }
+}
+
+impl Default for GemmTypes {
+    fn default() -> Self {
+        Self::F32
+    }
+}
+
+/// A column-major GEMM: `C = alpha * op(A) * op(B) + beta * C`, `op(A)` m x k, `op(B)` k x n, repeated `batch`
+/// times with element strides between the matrices of a batch; operands of `types`, f32 compute.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sgemm {
+pub struct ColMajorGemm {
     /// Use A transposed.
     pub trans_a: bool,
     /// Use B transposed.
@@ -43,6 +153,8 @@ pub struct Sgemm {
     pub alpha: f32,
     /// Scale of the existing C.
     pub beta: f32,
+    /// Element types of A, B and C.
+    pub types: GemmTypes,
 }
 
 /// A row-major batched matrix product as ONNX MatMul/Gemm define it: `C[b] = alpha * op(A[b]) * op(B[b]) + beta *
@@ -71,6 +183,8 @@ pub struct Matmul {
     pub alpha: f32,
     /// Scale of the existing C.
     pub beta: f32,
+    /// Element types of A, B and C (f32 compute whatever they are).
+    pub types: GemmTypes,
 }
 
 impl Matmul {
@@ -95,13 +209,34 @@ impl Matmul {
             stride_c: m * n,
             alpha: 1.0,
             beta: 0.0,
+            types: GemmTypes::F32,
+        }
+    }
+
+    /// Checks that cuBLAS runs this product's operand type on a device of compute capability `capability`
+    /// ([`GemmType::min_capability`]). A pure function of its arguments, so that the rule is testable without a
+    /// GPU; `node` names the plan node in the error.
+    ///
+    /// # Errors
+    /// [`CudaError::PrecisionUnsupported`] naming the node, the dtype, the device's capability and the one needed.
+    pub fn check_device(&self, node: &str, capability: (u32, u32)) -> CudaResult<()> {
+        let needs = self.types.ab.min_capability();
+        if capability >= needs {
+            Ok(())
+        } else {
+            Err(CudaError::PrecisionUnsupported {
+                node: node.to_owned(),
+                dtype: self.types.ab.dtype(),
+                capability,
+                needs,
+            })
         }
     }
 
     /// The column-major call that computes this product on the same buffers (A and B swap places).
     #[must_use]
-    pub fn to_col_major(&self) -> Sgemm {
-        Sgemm {
+    pub fn to_col_major(&self) -> ColMajorGemm {
+        ColMajorGemm {
             trans_a: self.trans_b,
             trans_b: self.trans_a,
             m: self.n,
@@ -117,6 +252,7 @@ impl Matmul {
             stride_c: self.stride_c,
             alpha: self.alpha,
             beta: self.beta,
+            types: self.types,
         }
     }
 }
@@ -132,7 +268,7 @@ pub fn operand_extent(rows: usize, cols: usize, ld: usize, batch: usize, stride:
     (batch - 1).checked_mul(stride)?.checked_add(one)
 }
 
-impl Sgemm {
+impl ColMajorGemm {
     /// Stored (rows, cols) of A, B and C.
     fn stored_shapes(&self) -> [(usize, usize); 3] {
         let a = if self.trans_a { (self.k, self.m) } else { (self.m, self.k) };
@@ -140,13 +276,32 @@ impl Sgemm {
         [a, b, (self.m, self.n)]
     }
 
-    /// Checks sizes, leading dimensions, strides and operand extents against the given operand lengths in bytes.
+    /// The cuBLAS entry point this call runs (for errors): `cublasSgemm_v2` for f32, else `cublasGemmEx`, or
+    /// their strided-batched forms when `batch > 1`.
+    #[must_use]
+    pub fn entry(&self) -> &'static str {
+        match (self.types == GemmTypes::F32, self.batch > 1) {
+            (true, false) => "cublasSgemm_v2",
+            (true, true) => "cublasSgemmStridedBatched",
+            (false, false) => "cublasGemmEx",
+            (false, true) => "cublasGemmStridedBatchedEx",
+        }
+    }
+
+    /// Checks the element types, sizes, leading dimensions, strides and operand extents against the given operand
+    /// lengths in bytes (each operand's extent in elements times its element size).
     ///
     /// # Errors
-    /// [`CudaError::Unsupported`] for sizes cuBLAS cannot take or a C batch that overlaps itself;
+    /// [`CudaError::Unsupported`] for a type pair or sizes cuBLAS cannot take or a C batch that overlaps itself;
     /// [`CudaError::OutOfBounds`] when an operand's extent exceeds its range.
     pub fn check(&self, a_bytes: usize, b_bytes: usize, c_bytes: usize) -> CudaResult<()> {
-        let bad = |what: String| CudaError::Unsupported { kernel: "sgemm".to_owned(), what };
+        let bad = |what: String| CudaError::Unsupported { kernel: self.entry().to_owned(), what };
+        if !self.types.is_valid() {
+            return Err(bad(format!(
+                "{} operands with a {} result (C must be the operands' type or f32)",
+                self.types.ab, self.types.c
+            )));
+        }
         let fits = |v: usize| c_int::try_from(v).is_ok();
         for (name, v) in [("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch)] {
             if v == 0 || !fits(v) {
@@ -157,17 +312,18 @@ impl Sgemm {
         let lds = [self.lda, self.ldb, self.ldc];
         let strides = [self.stride_a, self.stride_b, self.stride_c];
         let lens = [a_bytes, b_bytes, c_bytes];
+        let sizes = [self.types.ab.size(), self.types.ab.size(), self.types.c.size()];
         for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
             let (rows, cols) = shapes[i];
             if lds[i] < rows || !fits(lds[i]) || i64::try_from(strides[i]).is_err() {
                 return Err(bad(format!("operand {name}: leading dimension {} for {rows} rows", lds[i])));
             }
             let extent = operand_extent(rows, cols, lds[i], self.batch, strides[i])
-                .and_then(|e| e.checked_mul(4))
+                .and_then(|e| e.checked_mul(sizes[i]))
                 .ok_or_else(|| bad(format!("operand {name}: extent overflows")))?;
             if extent > lens[i] {
                 return Err(CudaError::OutOfBounds {
-                    what: format!("sgemm operand {name}"),
+                    what: format!("{} operand {name}", self.entry()),
                     buffer: "(device range)".to_owned(),
                     offset: 0,
                     bytes: extent,
@@ -180,6 +336,71 @@ impl Sgemm {
             return Err(bad(format!("C batch stride {} overlaps its own matrices", self.stride_c)));
         }
         Ok(())
+    }
+
+    /// What this call computes, on host bytes (little-endian, as device memory holds them): the model of cuBLAS
+    /// that the host emulator runs and the tests hold the column-major mapping to. Operands are widened to f32,
+    /// each output element accumulates `op(A)[i, l] * op(B)[l, j]` in f32 for `l = 0..k` in order, then
+    /// `alpha * acc` (plus `beta * C` when `beta != 0`; C is not read otherwise, as in cuBLAS) is rounded once,
+    /// to nearest even, to C's type. cuBLAS itself may sum in another order (blocked, split-K, tensor cores), so a
+    /// GPU agrees with this to f32 rounding of the sum, not bit for bit.
+    ///
+    /// # Errors
+    /// As [`ColMajorGemm::check`] (on the slices' lengths), so that no index can leave a slice.
+    pub fn host_reference(&self, a: &[u8], b: &[u8], c: &mut [u8]) -> CudaResult<()> {
+        self.check(a.len(), b.len(), c.len())?;
+        let (ab, ct) = (self.types.ab, self.types.c);
+        for p in 0..self.batch {
+            for j in 0..self.n {
+                for i in 0..self.m {
+                    let mut acc = 0.0f32;
+                    for l in 0..self.k {
+                        let ai = if self.trans_a { i * self.lda + l } else { l * self.lda + i } + p * self.stride_a;
+                        let bi = if self.trans_b { l * self.ldb + j } else { j * self.ldb + l } + p * self.stride_b;
+                        acc += host_load(a, ai, ab) * host_load(b, bi, ab);
+                    }
+                    let ci = j * self.ldc + i + p * self.stride_c;
+                    let mut v = self.alpha * acc;
+                    if self.beta != 0.0 {
+                        v += self.beta * host_load(c, ci, ct);
+                    }
+                    host_store(c, ci, ct, v);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Element `i` of little-endian `bytes` of type `t`, widened to f32 (exact). The caller checked the extent.
+fn host_load(bytes: &[u8], i: usize, t: GemmType) -> f32 {
+    let at = |n: usize| bytes.get(i * n..i * n + n).unwrap_or(&[0; 4][..n]);
+    match t {
+        GemmType::F32 => {
+            let e = at(4);
+            f32::from_le_bytes([e[0], e[1], e[2], e[3]])
+        }
+        GemmType::F16 => {
+            let e = at(2);
+            graph_plan::exec::f16_to_f32(u16::from_le_bytes([e[0], e[1]]))
+        }
+        GemmType::BF16 => {
+            let e = at(2);
+            f32::from_bits(u32::from(u16::from_le_bytes([e[0], e[1]])) << 16)
+        }
+    }
+}
+
+/// Stores `v` rounded to nearest even to type `t` as element `i` of little-endian `bytes`. The caller checked
+/// the extent.
+fn host_store(bytes: &mut [u8], i: usize, t: GemmType, v: f32) {
+    let encoded = match t {
+        GemmType::F32 => v.to_le_bytes().to_vec(),
+        GemmType::F16 | GemmType::BF16 => graph_plan::exec::f32_to_half_bytes(&v.to_le_bytes(), t.dtype()),
+    };
+    let n = t.size();
+    if let Some(dst) = bytes.get_mut(i * n..i * n + n) {
+        dst.copy_from_slice(&encoded);
     }
 }
 
@@ -223,17 +444,29 @@ impl Blas {
         &self.stream
     }
 
-    /// Enqueues a column-major GEMM on the handle's stream (`cublasSgemm_v2`, or the strided batch when
-    /// `batch > 1`). Capturable.
+    /// Enqueues a column-major GEMM on the handle's stream: `cublasSgemm_v2` for f32 operands, `cublasGemmEx`
+    /// with f32 compute for f16/bf16 ones, or their strided batch when `batch > 1` ([`ColMajorGemm::entry`]).
+    /// Capturable.
     ///
     /// # Errors
-    /// As [`Sgemm::check`]; [`CudaError::Cublas`] when cuBLAS refuses.
-    pub fn sgemm(&self, g: &Sgemm, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
+    /// As [`ColMajorGemm::check`]; [`CudaError::Unsupported`] for an operand address not aligned to its element
+    /// size; [`CudaError::Cublas`] when cuBLAS refuses.
+    pub fn gemm(&self, g: &ColMajorGemm, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
         g.check(a.len(), b.len(), c.len())?;
+        let sizes = [g.types.ab.size(), g.types.ab.size(), g.types.c.size()];
+        for ((name, p), size) in ["A", "B", "C"].into_iter().zip([a, b, c]).zip(sizes) {
+            // usize -> u64 is lossless on every target CUDA supports.
+            if p.addr() % size as u64 != 0 {
+                return Err(CudaError::Unsupported {
+                    kernel: g.entry().to_owned(),
+                    what: format!("operand {name} at {:#x} is not aligned to its {size}-byte elements", p.addr()),
+                });
+            }
+        }
         // Every value below was checked to fit by `check`; the conversions cannot fail.
         let int = |v: usize| c_int::try_from(v).unwrap_or(c_int::MAX);
         let long = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-        let call = SgemmCall {
+        let call = GemmCall {
             trans_a: g.trans_a,
             trans_b: g.trans_b,
             m: int(g.m),
@@ -251,17 +484,18 @@ impl Blas {
             ldc: int(g.ldc),
             stride_c: long(g.stride_c),
             batch: int(g.batch),
+            types: g.types,
         };
-        self.handle.sgemm(&call).map_err(|(call, e)| cublas(call)(e))
+        self.handle.gemm(&call).map_err(|(call, e)| cublas(call)(e))
     }
 
     /// Enqueues a row-major product (ONNX MatMul/Gemm layout).
     ///
     /// # Errors
-    /// As [`Blas::sgemm`].
+    /// As [`Blas::gemm`].
     pub fn matmul(&self, mm: &Matmul, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
         // Operands swap: the column-major A is the row-major B.
-        self.sgemm(&mm.to_col_major(), b, a, c)
+        self.gemm(&mm.to_col_major(), b, a, c)
     }
 }
 
@@ -271,7 +505,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// Reference column-major sgemm over host slices, asserting it stays inside the checked extents.
-    fn col_major_ref(g: &Sgemm, a: &[f32], b: &[f32], c: &mut [f32]) {
+    fn col_major_ref(g: &ColMajorGemm, a: &[f32], b: &[f32], c: &mut [f32]) {
         for p in 0..g.batch {
             for j in 0..g.n {
                 for i in 0..g.m {
@@ -338,6 +572,169 @@ mod tests {
             row_major_ref(&mm, &a, &b, &mut c_row);
             col_major_ref(&g, &b, &a, &mut c_col);
             prop_assert_eq!(c_row, c_col);
+        }
+    }
+
+    /// Host bytes of `v` as type `t` (rounded to nearest even).
+    fn encode(v: &[f32], t: GemmType) -> Vec<u8> {
+        let f32_bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        match t {
+            GemmType::F32 => f32_bytes,
+            _ => graph_plan::exec::f32_to_half_bytes(&f32_bytes, t.dtype()),
+        }
+    }
+
+    /// `v` rounded to type `t`, as f32.
+    fn rounded(v: f32, t: GemmType) -> f32 {
+        let b = encode(&[v], t);
+        host_load(&b, 0, t)
+    }
+
+    /// Row-major reference of a typed product, written from ONNX's definition and the precision rule: operands
+    /// widened to f32, an f32 sum over `l` in order, `alpha` applied, one rounding to C's type.
+    fn typed_row_major_ref(mm: &Matmul, a: &[f32], b: &[f32]) -> Vec<f32> {
+        let mut c = vec![0f32; mm.batch * mm.m * mm.n];
+        for p in 0..mm.batch {
+            for i in 0..mm.m {
+                for j in 0..mm.n {
+                    let mut acc = 0f32;
+                    for l in 0..mm.k {
+                        let ai = if mm.trans_a { l * mm.m + i } else { i * mm.k + l } + p * mm.stride_a;
+                        let bi = if mm.trans_b { j * mm.k + l } else { l * mm.n + j } + p * mm.stride_b;
+                        acc += a[ai] * b[bi];
+                    }
+                    c[p * mm.stride_c + i * mm.n + j] = rounded(mm.alpha * acc, mm.types.c);
+                }
+            }
+        }
+        c
+    }
+
+    fn half_pairs() -> impl Strategy<Value = GemmTypes> {
+        prop_oneof![
+            Just(GemmTypes::uniform(GemmType::F16)),
+            Just(GemmTypes { ab: GemmType::F16, c: GemmType::F32 }),
+            Just(GemmTypes::uniform(GemmType::BF16)),
+            Just(GemmTypes { ab: GemmType::BF16, c: GemmType::F32 }),
+            Just(GemmTypes::F32),
+        ]
+    }
+
+    proptest! {
+        /// The same for typed products on bytes: the column-major call's host model (operands swapped) gives the
+        /// row-major reference's bits exactly, and `check` counts each operand's bytes with its element size.
+        #[test]
+        fn typed_row_major_maps_to_col_major(
+            m in 1usize..5, n in 1usize..5, k in 1usize..6, batch in 1usize..4,
+            trans_a: bool, trans_b: bool, broadcast_b: bool, types in half_pairs(),
+            alpha in prop_oneof![Just(1.0f32), Just(0.3f32)],
+        ) {
+            let mut mm = Matmul::batched(batch, m, n, k);
+            mm.trans_a = trans_a;
+            mm.trans_b = trans_b;
+            mm.alpha = alpha;
+            mm.types = types;
+            if broadcast_b { mm.stride_b = 0; }
+            let g = mm.to_col_major();
+            let (sab, sc) = (types.ab.size(), types.c.size());
+            let a_len = (batch - 1) * mm.stride_a + m * k;
+            let b_len = (batch - 1) * mm.stride_b + k * n;
+            let c_len = batch * m * n;
+            prop_assert_eq!(g.check(b_len * sab, a_len * sab, c_len * sc), Ok(()));
+            prop_assert!(g.check(b_len * sab - sab, a_len * sab, c_len * sc).is_err());
+            prop_assert!(g.check(b_len * sab, a_len * sab - sab, c_len * sc).is_err());
+            prop_assert!(g.check(b_len * sab, a_len * sab, c_len * sc - sc).is_err());
+            // Values exact in every type (small integers and halves), so that only the store rounds.
+            let quarter = |v: Vec<f32>| v.into_iter().map(|x| x * 0.25).collect::<Vec<_>>();
+            let (a, b) = (quarter(values(a_len, 1)), quarter(values(b_len, 2)));
+            let mut c = vec![0xa5u8; c_len * sc];
+            g.host_reference(&encode(&b, types.ab), &encode(&a, types.ab), &mut c).unwrap();
+            prop_assert_eq!(c, encode(&typed_row_major_ref(&mm, &a, &b), types.c));
+        }
+    }
+
+    /// Half products accumulate in f32 and round once: `1 + u + 2^-20` (u = half an ulp of 1) rounds up to
+    /// `1 + 2u`, where rounding after every addition would give 1; `1 + u` alone is a tie and rounds to even (1).
+    /// With an f32 C nothing is rounded.
+    #[test]
+    fn half_products_round_once_from_the_f32_sum() {
+        for (t, u) in [(GemmType::F16, 2f32.powi(-11)), (GemmType::BF16, 2f32.powi(-8))] {
+            let tiny = 2f32.powi(-20);
+            // Row-major A (2 x 3) and B (3 x 2).
+            let a = [1.0, u, tiny, 1.0, u, 0.0];
+            let b = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0];
+            for c_type in [t, GemmType::F32] {
+                let mut mm = Matmul::new(2, 2, 3);
+                mm.types = GemmTypes { ab: t, c: c_type };
+                let mut c = vec![0u8; 4 * c_type.size()];
+                mm.to_col_major().host_reference(&encode(&b, t), &encode(&a, t), &mut c).unwrap();
+                let got: Vec<f32> = (0..4).map(|i| host_load(&c, i, c_type)).collect();
+                let want = if c_type == t { [1.0 + 2.0 * u, u, 1.0, u] } else { [1.0 + u + tiny, u, 1.0 + u, u] };
+                assert_eq!(got, want, "{t} -> {c_type}");
+            }
+        }
+    }
+
+    #[test]
+    fn typed_checks_count_bytes_and_refuse_bad_pairs() {
+        let mut mm = Matmul::new(2, 3, 4);
+        mm.types = GemmTypes::uniform(GemmType::F16);
+        let g = mm.to_col_major();
+        // Column-major A is the row-major B (4 x 3), B is A (2 x 4), C is 2 x 3: two bytes an element.
+        assert_eq!(g.check(2 * 12, 2 * 8, 2 * 6), Ok(()));
+        assert!(matches!(g.check(2 * 12 - 2, 2 * 8, 2 * 6), Err(CudaError::OutOfBounds { bytes: 24, size: 22, .. })));
+        // An f32 C of the same product needs four bytes an element.
+        mm.types.c = GemmType::F32;
+        let g = mm.to_col_major();
+        assert_eq!(g.entry(), "cublasGemmEx");
+        assert_eq!(g.check(2 * 12, 2 * 8, 4 * 6), Ok(()));
+        assert!(matches!(g.check(2 * 12, 2 * 8, 2 * 6), Err(CudaError::OutOfBounds { bytes: 24, size: 12, .. })));
+        // Half results from f32 operands, or a product mixing two half types, are not cuBLAS calls.
+        for types in
+            [GemmTypes { ab: GemmType::F32, c: GemmType::F16 }, GemmTypes { ab: GemmType::BF16, c: GemmType::F16 }]
+        {
+            mm.types = types;
+            assert!(
+                matches!(mm.to_col_major().check(1 << 20, 1 << 20, 1 << 20), Err(CudaError::Unsupported { .. })),
+                "{types:?}"
+            );
+        }
+        let mut batched = Matmul::batched(2, 2, 2, 2);
+        batched.types = GemmTypes::uniform(GemmType::BF16);
+        assert_eq!(batched.to_col_major().entry(), "cublasGemmStridedBatchedEx");
+        assert_eq!(Matmul::batched(2, 2, 2, 2).to_col_major().entry(), "cublasSgemmStridedBatched");
+    }
+
+    /// The device rule, from a fake compute capability: bf16 needs 8.0, f16 5.0, f32 anything.
+    #[test]
+    fn device_check_names_node_dtype_and_capability() {
+        let mut mm = Matmul::new(2, 2, 2);
+        assert_eq!(mm.check_device("fc", (3, 5)), Ok(()));
+        mm.types = GemmTypes::uniform(GemmType::F16);
+        assert_eq!(mm.check_device("fc", (5, 0)), Ok(()));
+        assert_eq!(
+            mm.check_device("fc", (3, 7)),
+            Err(CudaError::PrecisionUnsupported {
+                node: "fc".into(),
+                dtype: DType::F16,
+                capability: (3, 7),
+                needs: (5, 0)
+            })
+        );
+        mm.types = GemmTypes { ab: GemmType::BF16, c: GemmType::F32 };
+        for ok in [(8, 0), (8, 6), (9, 0), (10, 0)] {
+            assert_eq!(mm.check_device("fc", ok), Ok(()), "{ok:?}");
+        }
+        for refused in [(7, 5), (7, 0), (6, 1)] {
+            assert_eq!(
+                mm.check_device("fc", refused),
+                Err(CudaError::PrecisionUnsupported {
+                    node: "fc".into(),
+                    dtype: DType::BF16,
+                    capability: refused,
+                    needs: (8, 0)
+                })
+            );
         }
     }
 

@@ -8,6 +8,8 @@ use thiserror::Error;
 /// - **environment** (`NoDriver`, `NoDevice`, `NvrtcUnavailable`, `CublasUnavailable`): the machine cannot run this
 ///   backend; callers report the reason and fall back or skip;
 /// - **device** (`Driver`, `OutOfMemory`, `Cublas`): the GPU or a CUDA library refused a call at run time;
+/// - **capability** (`PrecisionUnsupported`): the device cannot run one node's precision the way the plan asks
+///   (a bf16 cuBLAS product below compute capability 8.0), found at prepare before anything is enqueued;
 /// - **cuplan bugs** (`Compile`, `Signature`, `OutOfBounds`, `Unsupported`, `InvalidName`): a generated kernel or a
 ///   request that the plan should never have produced. `Compile` carries NVRTC's whole log so that the offending
 ///   generated line can be read off it.
@@ -69,6 +71,25 @@ pub enum CudaError {
         call: &'static str,
         /// The cuBLAS status name.
         status: String,
+    },
+    /// A node's precision that this device cannot run on cuBLAS (see `blas::GemmType::min_capability`).
+    ///
+    /// Found by a pure check at prepare (`blas::Matmul::check_device`), never by a failed cuBLAS call inside a
+    /// capture. The executor then runs that product as a generated kernel (same numbers, slower) and lists the
+    /// error in `PrepareInfo::cublas_refused`.
+    #[error(
+        "node '{node}': cuBLAS cannot run a {dtype} product on compute capability {}.{} (needs {}.{} or later)",
+        capability.0, capability.1, needs.0, needs.1
+    )]
+    PrecisionUnsupported {
+        /// The plan node (the MatMul/Gemm anchor).
+        node: String,
+        /// The operands' dtype.
+        dtype: graph_plan::DType,
+        /// The device's compute capability (major, minor).
+        capability: (u32, u32),
+        /// The lowest compute capability that runs it.
+        needs: (u32, u32),
     },
     /// A kernel's declared parameters do not match the compiled function or the arguments of a launch.
     #[error("kernel `{kernel}`: parameter mismatch: {detail}")]
@@ -179,5 +200,21 @@ mod tests {
         assert!(CudaError::NoDevice { ordinal: 0, count: 0 }.is_unavailable());
         assert!(!CudaError::OutOfMemory { requested: 1 }.is_unavailable());
         assert!(!CudaError::Compile { kernel: "k".into(), log: String::new() }.is_unavailable());
+    }
+
+    #[test]
+    fn precision_unsupported_names_node_dtype_and_capabilities() {
+        let e = CudaError::PrecisionUnsupported {
+            node: "fc1".into(),
+            dtype: graph_plan::DType::BF16,
+            capability: (7, 5),
+            needs: (8, 0),
+        };
+        assert_eq!(
+            e.to_string(),
+            "node 'fc1': cuBLAS cannot run a bf16 product on compute capability 7.5 (needs 8.0 or later)"
+        );
+        // A capability refusal is not "no CUDA here": the plan still runs, with a generated product.
+        assert!(!e.is_unavailable());
     }
 }

@@ -197,6 +197,9 @@ pub struct PrepareInfo {
     pub cublas_products: usize,
     /// Why cuBLAS is not used, when products fell back to generated kernels.
     pub cublas_fallback: Option<String>,
+    /// Products cuBLAS cannot run on this device in their precision (a bf16 product below compute capability
+    /// 8.0), one [`CudaError::PrecisionUnsupported`] each, naming the node: they run as generated kernels.
+    pub cublas_refused: Vec<CudaError>,
     /// Driver calls one eager run enqueues (launches, cuBLAS calls, copies, records, waits, fork and join).
     pub eager_calls: usize,
 }
@@ -407,6 +410,30 @@ fn blas_handles(
     Ok(blas)
 }
 
+/// Replaces every cuBLAS anchor of `sources` (generated for `plan`, in kernel order) whose operand type cuBLAS
+/// cannot run on a device of compute capability `capability` ([`crate::blas::Matmul::check_device`]) by its
+/// generated per-element kernel, and returns one [`CudaError::PrecisionUnsupported`] per replaced anchor, naming
+/// its node. A pure function of the plan, the sources and the capability: testable without a GPU.
+///
+/// # Errors
+/// [`CudaError::Unsupported`] when a replacement cannot be generated (it always can for a MatMul/Gemm).
+pub fn refuse_unsupported_products(
+    plan: &ExecutionPlan,
+    sources: &mut [KernelSource],
+    capability: (u32, u32),
+) -> CudaResult<Vec<CudaError>> {
+    let mut refused = Vec::new();
+    for (kernel, src) in plan.kernels().iter().zip(sources.iter_mut()) {
+        let Some(b) = src.blas else { continue };
+        let node = kernel.body.first().map_or(kernel.name.as_str(), |i| i.node.as_str());
+        if let Err(e) = b.matmul.check_device(node, capability) {
+            *src = codegen::generate_with(kernel, &CodegenOptions { cublas: false })?;
+            refused.push(e);
+        }
+    }
+    Ok(refused)
+}
+
 impl Shared {
     /// Open the device, allocate the regions (the host region as mapped pinned host memory) and create `streams`
     /// streams with their fork/join and timing events.
@@ -503,6 +530,12 @@ impl PlanResources {
         // generated kernels instead (same semantics, slower), and `info` says why.
         let mut cublas_fallback = (!options.cublas).then(|| "cuBLAS turned off in CudaOptions".to_owned());
         let mut sources = codegen::generate_all_with(plan, &CodegenOptions { cublas: options.cublas })?;
+        // A product whose precision cuBLAS cannot run here is a generated kernel instead (before any handle or
+        // capture exists, so cuBLAS never sees the call).
+        let cublas_refused = refuse_unsupported_products(plan, &mut sources, device.info().compute_capability)?;
+        for e in &cublas_refused {
+            tracing::warn!(error = %e, "the product runs as a generated kernel");
+        }
         let blas = match blas_handles(device, streams, plan, &sources) {
             Ok(b) => b,
             Err(e @ CudaError::CublasUnavailable { .. }) => {
@@ -564,6 +597,7 @@ impl PlanResources {
             from_disk: stats.disk_hits,
             cublas_products: sources.iter().filter(|s| s.blas.is_some()).count(),
             cublas_fallback,
+            cublas_refused,
             eager_calls: work.calls(streams.len() - 1),
         };
         let inputs = plan

@@ -10,6 +10,8 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 use cudarc::cublas::result::CublasError;
+
+use crate::blas::{GemmType, GemmTypes};
 use cudarc::cublas::sys as blas_sys;
 use cudarc::driver::sys as drv_sys;
 use cudarc::driver::{result as drv, CudaContext, CudaFunction, CudaStream, DriverError};
@@ -248,9 +250,9 @@ pub(crate) fn memset_async(
     unsafe { drv::memset_d8_async(dst, value, bytes, stream.cu_stream()) }
 }
 
-/// A column-major single-precision GEMM call, already validated by `blas::Blas`.
+/// A column-major GEMM call with f32 compute, already validated by `blas::Blas`.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct SgemmCall {
+pub(crate) struct GemmCall {
     pub trans_a: bool,
     pub trans_b: bool,
     pub m: c_int,
@@ -268,6 +270,16 @@ pub(crate) struct SgemmCall {
     pub ldc: c_int,
     pub stride_c: i64,
     pub batch: c_int,
+    pub types: GemmTypes,
+}
+
+/// cuBLAS's name for an element type.
+fn data_type(t: GemmType) -> blas_sys::cudaDataType {
+    match t {
+        GemmType::F32 => blas_sys::cudaDataType::CUDA_R_32F,
+        GemmType::F16 => blas_sys::cudaDataType::CUDA_R_16F,
+        GemmType::BF16 => blas_sys::cudaDataType::CUDA_R_16BF,
+    }
 }
 
 /// Owns one cuBLAS handle, bound to one stream and one workspace for its whole life.
@@ -304,19 +316,30 @@ impl BlasHandle {
         unsafe { blas_sys::cublasSetWorkspace_v2(owned.handle, workspace as *mut std::ffi::c_void, workspace_bytes) }
             .result()
             .map_err(|e| ("cublasSetWorkspace_v2", e))?;
-        // Plain FP32 arithmetic: no TF32 tensor-op shortcut, so results stay comparable with the simulator's.
+        // Plain FP32 arithmetic: no TF32 tensor-op shortcut, so f32 results stay comparable with the simulator's.
+        // The default math mode plus DISALLOW_REDUCED_PRECISION_REDUCTION (0 | 16, the variant of value 16): in a
+        // half GEMM with a half C, reductions (split-K) stay in the f32 compute type instead of the output type,
+        // so the result is rounded to half once, on the store, as exec-sim rounds it. f32 GEMMs are unaffected.
         // SAFETY: `handle` is live.
-        unsafe { blas_sys::cublasSetMathMode(owned.handle, blas_sys::cublasMath_t::CUBLAS_DEFAULT_MATH) }
-            .result()
-            .map_err(|e| ("cublasSetMathMode", e))?;
+        unsafe {
+            blas_sys::cublasSetMathMode(
+                owned.handle,
+                blas_sys::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+            )
+        }
+        .result()
+        .map_err(|e| ("cublasSetMathMode", e))?;
         Ok(owned)
     }
 
-    /// Enqueues `call` on the handle's stream: one `cublasSgemm_v2` when `batch == 1`, else the strided batch.
+    /// Enqueues `call` on the handle's stream: for f32 operands one `cublasSgemm_v2` when `batch == 1`, else the
+    /// strided batch; for f16/bf16 operands `cublasGemmEx` / `cublasGemmStridedBatchedEx` with
+    /// `CUBLAS_COMPUTE_32F` (f32 accumulation, f32 alpha and beta) and the default algorithm.
     ///
-    /// Precondition (checked by `blas::Blas`): every operand's extent, from its leading dimension, stride and batch,
-    /// lies inside a live buffer; dimensions and leading dimensions are positive and fit `c_int`.
-    pub(crate) fn sgemm(&self, call: &SgemmCall) -> Result<(), (&'static str, CublasError)> {
+    /// Precondition (checked by `blas::Blas`): the type pair is one cuBLAS takes with f32 compute; every operand's
+    /// extent, from its leading dimension, stride, batch and element size, lies inside a live buffer, at an address
+    /// aligned to its element size; dimensions and leading dimensions are positive and fit `c_int`.
+    pub(crate) fn gemm(&self, call: &GemmCall) -> Result<(), (&'static str, CublasError)> {
         self.ctx
             .bind_to_thread()
             .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
@@ -327,6 +350,9 @@ impl BlasHandle {
                 blas_sys::cublasOperation_t::CUBLAS_OP_N
             }
         };
+        if call.types != GemmTypes::F32 {
+            return self.gemm_ex(call, op(call.trans_a), op(call.trans_b));
+        }
         if call.batch == 1 {
             // SAFETY: operands are in bounds of live buffers (caller's check); alpha and beta are host values
             // (the handle's default host pointer mode) read before the call returns.
@@ -374,6 +400,81 @@ impl BlasHandle {
                 )
             }
             .map_err(|e| ("cublasSgemmStridedBatched", e))
+        }
+    }
+
+    /// The f16/bf16 half of [`BlasHandle::gemm`] (same preconditions).
+    fn gemm_ex(
+        &self,
+        call: &GemmCall,
+        trans_a: blas_sys::cublasOperation_t,
+        trans_b: blas_sys::cublasOperation_t,
+    ) -> Result<(), (&'static str, CublasError)> {
+        let (ab, c) = (data_type(call.types.ab), data_type(call.types.c));
+        let compute = blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F;
+        let algo = blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT;
+        // With CUBLAS_COMPUTE_32F, alpha and beta are f32 host values (the handle's default pointer mode).
+        let alpha = (&call.alpha as *const f32).cast::<std::ffi::c_void>();
+        let beta = (&call.beta as *const f32).cast::<std::ffi::c_void>();
+        if call.batch == 1 {
+            // SAFETY: operands are in bounds of live buffers and aligned to their element sizes, which are the
+            // sizes of the `ab`/`c` types passed alongside (caller's check); the pair is one cuBLAS takes with
+            // CUBLAS_COMPUTE_32F (`GemmTypes::is_valid`, checked by the caller); alpha and beta point at f32
+            // values that live until the call returns, and cuBLAS reads them before it does.
+            unsafe {
+                cudarc::cublas::result::gemm_ex(
+                    self.handle,
+                    trans_a,
+                    trans_b,
+                    call.m,
+                    call.n,
+                    call.k,
+                    alpha,
+                    call.a as *const std::ffi::c_void,
+                    ab,
+                    call.lda,
+                    call.b as *const std::ffi::c_void,
+                    ab,
+                    call.ldb,
+                    beta,
+                    call.c as *mut std::ffi::c_void,
+                    c,
+                    call.ldc,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(|e| ("cublasGemmEx", e))
+        } else {
+            // SAFETY: as above, with each operand's extent including its `(batch - 1) * stride` (caller's check).
+            unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    self.handle,
+                    trans_a,
+                    trans_b,
+                    call.m,
+                    call.n,
+                    call.k,
+                    alpha,
+                    call.a as *const std::ffi::c_void,
+                    ab,
+                    call.lda,
+                    call.stride_a,
+                    call.b as *const std::ffi::c_void,
+                    ab,
+                    call.ldb,
+                    call.stride_b,
+                    beta,
+                    call.c as *mut std::ffi::c_void,
+                    c,
+                    call.ldc,
+                    call.stride_c,
+                    call.batch,
+                    compute,
+                    algo,
+                )
+            }
+            .map_err(|e| ("cublasGemmStridedBatchedEx", e))
         }
     }
 }

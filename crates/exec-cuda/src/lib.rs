@@ -14,7 +14,7 @@
 //! - [`probe`]: cheap availability checks ([`availability`], [`nvrtc_availability`]);
 //! - [`nvrtc`]: CUDA C -> PTX with fixed, exact options and a (source, options) cache;
 //! - [`device`]: RAII owners of the context, region buffers, streams, events, modules and kernels;
-//! - [`blas`]: a cuBLAS handle bound to a stream, column- and row-major SGEMM;
+//! - [`blas`]: a cuBLAS handle bound to a stream, column- and row-major GEMM (f32, or f16/bf16 with f32 compute);
 //! - [`capture`]: multi-stream CUDA graph capture and replay;
 //! - [`codegen`]: CUDA C source for each plan kernel (per-element, row, cuBLAS + epilogue, custom);
 //! - [`executor`]: [`CudaExecutor`], graph-plan's `Executor` for this backend, in graph-replay or eager
@@ -34,7 +34,7 @@ mod ffi;
 pub mod nvrtc;
 pub mod probe;
 
-pub use blas::{Blas, Matmul, Sgemm};
+pub use blas::{Blas, ColMajorGemm, GemmType, GemmTypes, Matmul};
 pub use capture::{capture, Graph};
 pub use device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, ParamKind, Stream};
 pub use error::{CudaError, CudaResult};

@@ -129,6 +129,72 @@ fn golden_mlp_uses_cublas_and_an_epilogue() {
     golden("mlp1", &src);
 }
 
+/// A three-layer bf16 MLP. Layer 0 reads the f32 input and stays f32 (rule `AnchorReadsF32`), but its epilogue
+/// narrows to bf16, so its f32 product has no f32 buffer to land in: a generated kernel. Layer 1 is a bf16 cuBLAS
+/// product stored in bf16, which its bias + Relu epilogue reads back (`bf2f`); layer 2's epilogue casts to the
+/// f32 graph output, so its product is stored in f32 and rounded to bf16 in the epilogue (`bf2f(f2bf(..))`).
+#[test]
+fn golden_half_mlp_uses_gemm_ex() {
+    use exec_cuda::{GemmType, GemmTypes};
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let g = synth::mlp(3, 4, 2).unwrap();
+    let mut opts = PlanOptions::with_streams(1);
+    opts.fusion.caps = codegen::fusion_caps();
+    opts.precision = PrecisionPolicy::new(Precision::Bf16);
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
+    graph_plan::verify(&p).unwrap();
+    let src = codegen::generate_all(&p).unwrap();
+    let types: Vec<GemmTypes> = src.iter().filter_map(|s| s.blas).map(|b| b.matmul.types).collect();
+    assert_eq!(
+        types,
+        [GemmTypes::uniform(GemmType::BF16), GemmTypes { ab: GemmType::BF16, c: GemmType::F32 }],
+        "layers 1 and 2 on cuBLAS"
+    );
+    golden("mlp3_bf16", &src);
+}
+
+/// `refuse_unsupported_products` with a fake compute capability: on 7.5 every bf16 product becomes a generated
+/// kernel and is reported as `PrecisionUnsupported` naming its node; f32 products stay on cuBLAS; on 8.0 nothing
+/// changes. No GPU involved.
+#[test]
+fn bf16_products_fall_back_below_compute_capability_8() {
+    use exec_cuda::executor::refuse_unsupported_products;
+    use exec_cuda::GemmType;
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let g = synth::mlp(3, 4, 2).unwrap();
+    let mut opts = PlanOptions::with_streams(1);
+    opts.fusion.caps = codegen::fusion_caps();
+    opts.precision = PrecisionPolicy::new(Precision::Bf16);
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
+    graph_plan::verify(&p).unwrap();
+    let generated = codegen::generate_all(&p).unwrap();
+    let bf16_steps = generated.iter().filter(|s| s.blas.is_some_and(|b| b.matmul.types.ab == GemmType::BF16)).count();
+    assert_eq!(bf16_steps, 2, "layers 1 and 2 are bf16 products");
+    let mut on_ampere = generated.clone();
+    assert_eq!(refuse_unsupported_products(&p, &mut on_ampere, (8, 0)), Ok(Vec::new()));
+    assert_eq!(on_ampere, generated);
+    let mut on_turing = generated.clone();
+    let refused = refuse_unsupported_products(&p, &mut on_turing, (7, 5)).unwrap();
+    let nodes: Vec<String> = refused
+        .iter()
+        .map(|e| match e {
+            CudaError::PrecisionUnsupported { node, dtype: DType::BF16, capability: (7, 5), needs: (8, 0) } => {
+                node.clone()
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(nodes, ["l1.matmul", "l2.matmul"]);
+    for (before, after) in generated.iter().zip(&on_turing) {
+        match before.blas {
+            Some(b) if b.matmul.types.ab == GemmType::BF16 => {
+                assert!(after.blas.is_none() && after.launch != Launch::None, "{}", after.name);
+            }
+            _ => assert_eq!(before, after),
+        }
+    }
+}
+
 /// Also the graphs of the GPU end-to-end test: with `CUPLAN_PTX_CACHE=DIR` this test fills DIR with their PTX,
 /// which a GPU machine without NVRTC can then use.
 #[test]
@@ -165,6 +231,40 @@ fn model_families_compile() {
         // Two identical transformer layers and two stream counts per graph: the cache must have been hit.
         assert!(st.hits > 0 && st.misses + st.disk_hits < compiled as u64);
     }
+}
+
+/// Half plans (fp16 and bf16) of the model families compile with NVRTC, with cuBLAS anchors (half epilogues
+/// reading a product stored in half or in f32) and with every product generated.
+#[test]
+fn half_plans_compile() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let test = "half_plans_compile";
+    let graphs = [
+        synth::mlp(3, 16, 4).unwrap(),
+        synth::transformer(1, 16, 2, 8, 1).unwrap(),
+        synth::resnet_like(1, 4, 8).unwrap(),
+    ];
+    let mut sources = Vec::new();
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let mut opts = PlanOptions::with_streams(2);
+        opts.fusion.caps = codegen::fusion_caps();
+        opts.precision = PrecisionPolicy::new(p);
+        for g in &graphs {
+            let plan = ExecutionPlan::build_with(g, &opts).unwrap();
+            graph_plan::verify(&plan).unwrap();
+            for cublas in [true, false] {
+                let s = codegen::generate_all_with(&plan, &codegen::CodegenOptions { cublas })
+                    .unwrap_or_else(|e| panic!("{test}: {} {p:?}: {e}", g.name()));
+                sources.extend(s);
+            }
+        }
+    }
+    assert!(sources.iter().any(|s| s.blas.is_some_and(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)));
+    if !common::nvrtc_or_skip(test) {
+        return;
+    }
+    let n = common::compile_distinct(test, &sources, &CompileCache::new(), &CompileOptions::default());
+    eprintln!("{test}: {n} distinct half kernels compile");
 }
 
 /// One graph touching every op the code generator emits.

@@ -243,11 +243,79 @@ fn cublas_matmul_matches_the_cpu_in_row_major() {
     assert!(matches!(blas.matmul(&mm, ra, rb, short), Err(CudaError::OutOfBounds { .. })));
 }
 
+/// Half products on cuBLAS (`cublasGemmEx`, f32 compute): batched with a broadcast B, stored in the half type and
+/// in f32, against the host model of the same call (`ColMajorGemm::host_reference`). cuBLAS may sum in another
+/// order, so the results agree to one unit in the last place of the stored type (f32 sums of exact products
+/// differ by f32 rounding only). bf16 is skipped, with the reason, below compute capability 8.0.
+#[test]
+fn cublas_half_matmul_matches_the_host_model() {
+    use exec_cuda::{GemmType, GemmTypes};
+    let test = "cublas_half_matmul_matches_the_host_model";
+    let Some(device) = device_or_skip(test) else {
+        return;
+    };
+    let stream = device.stream().unwrap();
+    let Some(blas) = blas_or_skip(test, Blas::new(&device, &stream)) else {
+        return;
+    };
+    let (batch, m, n, k) = (3usize, 5usize, 7usize, 24usize);
+    let half_bytes = |v: &[f32], t: GemmType| graph_plan::exec::f32_to_half_bytes(&to_bytes(v), t.dtype());
+    for ab in [GemmType::F16, GemmType::BF16] {
+        for c in [ab, GemmType::F32] {
+            let mut mm = Matmul::batched(batch, m, n, k);
+            mm.stride_b = 0;
+            mm.alpha = 0.75;
+            mm.types = GemmTypes { ab, c };
+            if let Err(e) = mm.check_device("test", device.info().compute_capability) {
+                eprintln!("SKIP {test} ({ab} -> {c}): {e}");
+                continue;
+            }
+            let a: Vec<f32> = (0..batch * m * k).map(|i| ((i * 7) % 13) as f32 * 0.125 - 0.75).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 9) as f32 * 0.25 - 1.0).collect();
+            let (ha, hb) = (half_bytes(&a, ab), half_bytes(&b, ab));
+            let c_len = batch * m * n * c.size();
+            let buf = device.alloc("pool", ha.len() + hb.len() + c_len).unwrap();
+            let ra = buf.range("a", 0, ha.len()).unwrap();
+            let rb = buf.range("b", ha.len(), hb.len()).unwrap();
+            let rc = buf.range("c", ha.len() + hb.len(), c_len).unwrap();
+            stream.copy_to_device(ra, &ha).unwrap();
+            stream.copy_to_device(rb, &hb).unwrap();
+            blas.matmul(&mm, ra, rb, rc).unwrap();
+            let mut got = vec![0u8; c_len];
+            stream.copy_to_host(&mut got, rc).unwrap();
+            let mut want = vec![0u8; c_len];
+            mm.to_col_major().host_reference(&hb, &ha, &mut want).unwrap();
+            let widen = |bytes: &[u8]| -> Vec<f32> {
+                match c {
+                    GemmType::F32 => from_bytes(bytes),
+                    GemmType::F16 => bytes
+                        .chunks_exact(2)
+                        .map(|e| graph_plan::exec::f16_to_f32(u16::from_le_bytes([e[0], e[1]])))
+                        .collect(),
+                    GemmType::BF16 => bytes
+                        .chunks_exact(2)
+                        .map(|e| f32::from_bits(u32::from(u16::from_le_bytes([e[0], e[1]])) << 16))
+                        .collect(),
+                }
+            };
+            let ulp = match c {
+                GemmType::F32 => 2f32.powi(-20),
+                GemmType::F16 => 2f32.powi(-10),
+                GemmType::BF16 => 2f32.powi(-7),
+            };
+            for (i, (g, w)) in widen(&got).iter().zip(widen(&want)).enumerate() {
+                assert!((g - w).abs() <= ulp * w.abs().max(1.0), "{ab} -> {c} [{i}]: {g} vs {w}");
+            }
+        }
+    }
+}
+
 /// End to end on the GPU: prepare and replay whole plans (several streams, captured graph), compared with the
-/// host emulator's numbers for the same generated kernels.
+/// host emulator's numbers for the same generated kernels, in f32, fp16 and bf16.
 #[test]
 fn plans_run_end_to_end_and_match_the_host_emulator() {
     use common::host::{compiler, run_plan, HostRegions};
+    use graph_plan::precision::{Precision, PrecisionPolicy};
     use graph_plan::{BindingRole, ExecutionPlan, Executor, HostTensor, PlanOptions, PreparedPlan, TensorMap};
     let test = "plans_run_end_to_end_and_match_the_host_emulator";
     let Some(_device) = device_or_skip(test) else {
@@ -263,9 +331,15 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         graph_plan::ir::synth::transformer(1, 16, 2, 8, 1).unwrap(),
         graph_plan::ir::synth::resnet_like(1, 4, 8).unwrap(),
     ];
-    for g in &graphs {
+    // f32 within 1e-3 of the host; half plans (cuBLAS GemmEx products, half storage) within the precision check's
+    // tolerances, since a GPU sum that differs in its last f32 bit may round to the neighbouring half value.
+    let precisions = [(None, 1e-3f32), (Some(Precision::Fp16), 1e-2), (Some(Precision::Bf16), 5e-2)];
+    for (g, (precision, tol)) in graphs.iter().flat_map(|g| precisions.iter().map(move |p| (g, *p))) {
         let mut opts = PlanOptions::with_streams(3);
         opts.fusion.caps = exec_cuda::codegen::fusion_caps();
+        if let Some(p) = precision {
+            opts.precision = PrecisionPolicy::new(p);
+        }
         let plan = ExecutionPlan::build_with(g, &opts).unwrap();
         let seeded = |role| {
             let mut m = TensorMap::new();
@@ -285,6 +359,9 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
             }
             Err(e) => panic!("{}: {e}", g.name()),
         };
+        for e in &prepared.info().cublas_refused {
+            eprintln!("{test}: {} {precision:?}: {e}", g.name());
+        }
         let first = prepared.run(&inputs).unwrap();
         let second = prepared.run(&inputs).unwrap();
         assert_eq!(first, second, "{}: replays are deterministic", g.name());
@@ -297,11 +374,17 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
             }
         }
         run_plan(cxx, &format!("gpu-{}", g.name()), &plan, &mut regions);
+        // Outputs keep their declared dtype (f32) under every precision.
         for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
             let want = common::from_bytes(regions.bytes(b.buffer));
             let got = first[&b.name].to_f32().unwrap();
             for (i, (x, y)) in got.iter().zip(&want).enumerate() {
-                assert!((x - y).abs() <= 1e-3 * y.abs().max(1.0), "{}: '{}'[{i}] gpu {x} host {y}", g.name(), b.name);
+                assert!(
+                    (x - y).abs() <= tol * y.abs().max(1.0),
+                    "{} {precision:?}: '{}'[{i}] gpu {x} host {y}",
+                    g.name(),
+                    b.name
+                );
             }
         }
     }

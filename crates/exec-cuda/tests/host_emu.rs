@@ -484,13 +484,18 @@ fn fused_plans_match_reference_plans() {
     differential("fused_plans_match_reference_plans", &graphs, &optimised, 1e-4);
 }
 
-/// Half precision through generated kernels: f16 and bf16 storage (the PRELUDE's `f2h`/`f2bf` conversions,
-/// rounding after every op as exec-sim does), fused plans against their unfused reference plans, and the
-/// kernels really store half values.
+/// Half precision: f16 and bf16 storage (the PRELUDE's `f2h`/`f2bf` conversions, rounding after every op as
+/// exec-sim does) and half MatMul/Gemm on cuBLAS steps (the host model of `cublasGemmEx` with f32 compute),
+/// fused plans against their unfused reference plans; the kernels really store half values and the products
+/// really are half cuBLAS calls.
 #[test]
 fn half_precision_plans_match_their_reference_plans() {
     use graph_plan::precision::{Precision, PrecisionPolicy};
-    let graphs = [synth::transformer(1, 8, 2, 4, 1).unwrap(), synth::resnet_like(1, 2, 6).unwrap()];
+    let graphs = [
+        synth::transformer(1, 8, 2, 4, 1).unwrap(),
+        synth::resnet_like(1, 2, 6).unwrap(),
+        synth::mlp(2, 8, 3).unwrap(),
+    ];
     for p in [Precision::Fp16, Precision::Bf16] {
         let mut o = PlanOptions::with_streams(2);
         o.fusion.caps = codegen::fusion_caps();
@@ -498,11 +503,110 @@ fn half_precision_plans_match_their_reference_plans() {
         let Some(runs) = differential("half_precision_plans_match_their_reference_plans", &graphs, &o, 1e-4) else {
             return;
         };
+        let half = exec_cuda::GemmType::of(p.dtype()).unwrap();
         for r in &runs {
             let halves = r.plan.kernels().iter().flat_map(|k| &k.values).filter(|v| v.dtype == p.dtype()).count();
             assert!(halves > 0, "{} {}: no {} value in any kernel", r.graph, r.tag, p.dtype());
+            if !r.graph.starts_with("resnet_like") {
+                let products = r.sources.iter().filter_map(|s| s.blas).filter(|b| b.matmul.types.ab == half).count();
+                assert!(products > 0, "{} {}: no {} cuBLAS product", r.graph, r.tag, p.dtype());
+            }
         }
     }
+}
+
+/// The cuBLAS half path and the generated per-element products compute the same bits on the host (both sum in
+/// f32 in the same order and round once on the store), for every output of half plans of a transformer and an
+/// MLP: the cuBLAS steps (products stored in half, or in f32 before a cast epilogue) keep exec-sim's rule.
+#[test]
+fn half_cublas_steps_match_generated_products() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let test = "half_cublas_steps_match_generated_products";
+    let Some(cxx) = compiler() else {
+        eprintln!("SKIP {test}: no host C++ compiler");
+        return;
+    };
+    let graphs = [synth::transformer(1, 8, 2, 4, 1).unwrap(), synth::mlp(2, 8, 3).unwrap(), half_gemms()];
+    let mut runs = Vec::new();
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let mut o = PlanOptions::with_streams(2);
+        o.fusion.caps = codegen::fusion_caps();
+        o.precision = PrecisionPolicy::new(p);
+        for g in &graphs {
+            let plan = ExecutionPlan::build_with(g, &o).unwrap();
+            graph_plan::verify(&plan).unwrap();
+            let with = codegen::generate_all_with(&plan, &codegen::CodegenOptions { cublas: true }).unwrap();
+            let without = codegen::generate_all_with(&plan, &codegen::CodegenOptions { cublas: false }).unwrap();
+            let half = exec_cuda::GemmType::of(p.dtype()).unwrap();
+            let steps: Vec<_> = with.iter().filter_map(|s| s.blas).filter(|b| b.matmul.types.ab == half).collect();
+            assert!(!steps.is_empty(), "{} {p:?}: no half cuBLAS step", g.name());
+            assert!(without.iter().all(|s| s.blas.is_none()));
+            eprintln!(
+                "{test}: {} {p:?}: {} half cuBLAS steps ({} storing f32)",
+                g.name(),
+                steps.len(),
+                steps.iter().filter(|b| b.matmul.types.c == exec_cuda::GemmType::F32).count()
+            );
+            // A half Gemm with a C term stores its product in f32 (a cast epilogue's output) or is no cuBLAS
+            // step: rounding the product to half before the C term is added would round twice.
+            for (k, s) in plan.kernels().iter().zip(&with) {
+                let c_term = matches!(k.body[0].op, Op::Gemm { .. }) && k.body[0].inputs.len() == 3;
+                if let (Some(b), true) = (s.blas, c_term) {
+                    assert!(
+                        b.matmul.types.ab == exec_cuda::GemmType::F32 || b.matmul.types.c == exec_cuda::GemmType::F32
+                    );
+                }
+            }
+            runs.push((format!("{} {p:?}", g.name()), plan, with, without));
+        }
+    }
+    let program = HostProgram::build(cxx, test, runs.iter().flat_map(|(_, _, w, wo)| w.iter().chain(wo)));
+    for (name, plan, with, without) in &runs {
+        let outputs = |sources: &[codegen::KernelSource]| {
+            let mut regions = HostRegions::new(plan);
+            for b in plan.bindings() {
+                if b.role == BindingRole::Output {
+                    continue;
+                }
+                let t = match &b.data {
+                    Some(d) => d.clone(),
+                    None => graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 5, false).data,
+                };
+                regions.bytes_mut(b.buffer).copy_from_slice(&t);
+            }
+            program.run(plan, sources, &mut regions);
+            plan.bindings()
+                .iter()
+                .filter(|b| b.role == BindingRole::Output)
+                .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (outputs(with), outputs(without));
+        assert!(!a.is_empty());
+        for ((n, x), (_, y)) in a.iter().zip(&b) {
+            assert!(x == y, "{name}: output '{n}' differs between cuBLAS steps and generated products");
+        }
+    }
+}
+
+/// Half Gemms with C terms: `g1`'s product goes straight to a graph output (a cast to f32 fused as its
+/// epilogue, so cuBLAS stores it in f32), `g2`'s is read by another product (stored in half: a generated kernel),
+/// whose own product `g3` is cast to f32 on the way out.
+fn half_gemms() -> ComputeGraph {
+    let mut g = ComputeGraph::new("half_gemms");
+    let x = g.add_input("x", DType::F32, [3, 4]).unwrap();
+    let w1 = g.add_weight("w1", DType::F32, [5, 4]).unwrap();
+    let c1 = g.add_weight("c1", DType::F32, [5]).unwrap();
+    let w2 = g.add_weight("w2", DType::F32, [4, 5]).unwrap();
+    let c2 = g.add_weight("c2", DType::F32, [1, 5]).unwrap();
+    let w3 = g.add_weight("w3", DType::F32, [5, 2]).unwrap();
+    let r = node(&mut g, "relu", Op::Relu, &[x]);
+    let g1 = node(&mut g, "g1", Op::Gemm { alpha: 0.5, beta: 2.0, trans_a: false, trans_b: true }, &[r, w1, c1]);
+    let g2 = node(&mut g, "g2", Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: false }, &[r, w2, c2]);
+    let g3 = node(&mut g, "g3", Op::MatMul, &[g2, w3]);
+    g.mark_output(g1).unwrap();
+    g.mark_output(g3).unwrap();
+    g
 }
 
 /// One graph's plan as the differential tests run it: its name, the plan's tag, the plan and its kernels.

@@ -1,6 +1,6 @@
 //! The four ONNX models of the repository (`models/`, or `$CUPLAN_MODELS_DIR`): every kernel of
-//! their plans under this backend's fusion caps generates, with cuBLAS anchors and with generated products, and
-//! compiles with NVRTC. Prints why and passes when the models or NVRTC are absent. Running the models on a GPU is
+//! their plans (f32, fp16, bf16) under this backend's fusion caps generates, with cuBLAS anchors and with
+//! generated products, and compiles with NVRTC. Prints why and passes when the models or NVRTC are absent. Running the models on a GPU is
 //! `cargo xtask gpu-check`'s job.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use exec_cuda::codegen::{self, CodegenOptions, Launch};
 use exec_cuda::{CompileCache, CompileOptions};
-use graph_plan::{ExecutionPlan, PlanOptions};
+use graph_plan::{ExecutionPlan, Op, PlanOptions};
 
 const MODELS: [&str; 4] = ["resnet50", "mobilenet_v2", "googlenet", "bert_base"];
 
@@ -27,28 +27,46 @@ fn models_dir() -> Option<PathBuf> {
 
 #[test]
 fn shared_model_kernels_generate_and_compile() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
     let test = "shared_model_kernels_generate_and_compile";
     let Some(dir) = models_dir() else { return };
-    let mut opts = PlanOptions::with_streams(4);
-    opts.fusion.caps = codegen::fusion_caps();
     let mut sources = Vec::new();
     for m in MODELS {
         let model = graph_onnx::import_file(dir.join(format!("{m}.onnx")), &graph_onnx::ImportOptions::default())
             .unwrap_or_else(|e| panic!("{m}: {e}"));
-        let plan = ExecutionPlan::build_with(&model.graph, &opts).unwrap_or_else(|e| panic!("{m}: {e}"));
-        for cublas in [true, false] {
-            let s = codegen::generate_all_with(&plan, &CodegenOptions { cublas })
-                .unwrap_or_else(|e| panic!("{m} (cublas {cublas}): {e}"));
-            assert_eq!(s.len(), plan.kernels().len());
-            if cublas {
-                eprintln!(
-                    "{m}: {} kernels, {} on cuBLAS, {} launched",
-                    s.len(),
-                    s.iter().filter(|k| k.blas.is_some()).count(),
-                    s.iter().filter(|k| k.launch != Launch::None).count()
-                );
+        // f32, and the half plans whose MatMul/Gemm run on cuBLAS GemmEx (f16/bf16 operands, f32 compute).
+        for precision in [None, Some(Precision::Fp16), Some(Precision::Bf16)] {
+            let mut opts = PlanOptions::with_streams(4);
+            opts.fusion.caps = codegen::fusion_caps();
+            if let Some(p) = precision {
+                opts.precision = PrecisionPolicy::new(p);
             }
-            sources.extend(s);
+            let plan = ExecutionPlan::build_with(&model.graph, &opts).unwrap_or_else(|e| panic!("{m}: {e}"));
+            for cublas in [true, false] {
+                let s = codegen::generate_all_with(&plan, &CodegenOptions { cublas })
+                    .unwrap_or_else(|e| panic!("{m} {precision:?} (cublas {cublas}): {e}"));
+                assert_eq!(s.len(), plan.kernels().len());
+                if cublas {
+                    let products = plan
+                        .kernels()
+                        .iter()
+                        .filter(|k| k.body.first().is_some_and(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. })))
+                        .count();
+                    let half = s
+                        .iter()
+                        .filter_map(|k| k.blas)
+                        .filter(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)
+                        .count();
+                    eprintln!(
+                        "{m} {precision:?}: {} kernels, {} on cuBLAS ({half} with half operands) of {products} \
+                         MatMul/Gemm anchors, {} launched",
+                        s.len(),
+                        s.iter().filter(|k| k.blas.is_some()).count(),
+                        s.iter().filter(|k| k.launch != Launch::None).count()
+                    );
+                }
+                sources.extend(s);
+            }
         }
     }
     if !common::nvrtc_or_skip(test) {

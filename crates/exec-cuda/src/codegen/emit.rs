@@ -99,17 +99,25 @@ pub(crate) fn flit(f: f32) -> String {
 }
 
 /// Generates a per-element kernel. `blas_out`: the anchor output value already computed by cuBLAS into a buffer
-/// (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
-pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef)>) -> CudaResult<KernelSource> {
+/// of the given dtype (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
+pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef, DType)>) -> CudaResult<KernelSource> {
     let mut bufs = Buffers::of(kernel)?;
     let blas = match blas_out {
-        Some((v, b)) => {
+        Some((v, b, dtype)) => {
             let i = match bufs.list.iter().position(|x| *x == b) {
-                Some(i) => i,
+                Some(i) => {
+                    if bufs.dtype[i] != dtype {
+                        return Err(unsupported(
+                            kernel,
+                            format!("the cuBLAS product is {dtype} but its buffer {b} is bound as {}", bufs.dtype[i]),
+                        ));
+                    }
+                    i
+                }
                 None => {
                     bufs.list.push(b);
                     bufs.written.push(false);
-                    bufs.dtype.push(DType::F32);
+                    bufs.dtype.push(dtype);
                     bufs.list.len() - 1
                 }
             };
@@ -353,15 +361,21 @@ impl<'k> Emitter<'k> {
                 *instr.inputs.get(j).ok_or_else(|| unsupported(k, format!("node '{}' lacks input {j}", instr.node)))?;
             Ok((v, value_checked(k, v)?))
         };
-        // The cuBLAS product stands in for the anchor's output.
+        // The cuBLAS product stands in for the anchor's output. Stored in the anchor's dtype it was rounded by
+        // cuBLAS already; stored in f32 (a half anchor borrowing an f32 output), it is rounded here, after the C
+        // term, once, as every op's value is (`codegen::BlasStep`).
         if let Some((bv, b)) = self.blas {
             if bv == instr.outputs[pos] {
-                let p = self.def("float", "v", &load(&format!("b{b}"), idx, DType::F32));
+                let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
+                let p = self.def("float", "v", &load(&format!("b{b}"), idx, pd));
                 if let (Op::Gemm { beta, .. }, Some(_)) = (&instr.op, instr.inputs.get(2)) {
                     let (cv, c) = input(2)?;
                     let ci = self.broadcast_index(idx, &oshape, c.shape.dims());
                     let cval = self.at(cv, &ci)?;
-                    return Ok(self.def("float", "v", &format!("{p} + {} * {cval}", flit(*beta))));
+                    return Ok(self.def("float", "v", &round(&format!("{p} + {} * {cval}", flit(*beta)), od)));
+                }
+                if pd != od {
+                    return Ok(self.def("float", "v", &round(&p, od)));
                 }
                 return Ok(p);
             }

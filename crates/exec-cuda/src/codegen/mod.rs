@@ -8,8 +8,9 @@
 //! - **row** kernels ([`reduce`]): one block per output row, threads stride over the row, warp shuffles and one
 //!   shared-memory step combine partial results (ReduceSum/Mean/Max, Softmax, LayerNormalization,
 //!   GlobalAveragePool).
-//! - **cuBLAS** anchors: a MatMul/Gemm whose operands are plain f32 buffers runs as one (strided-batched) SGEMM
-//!   into its output buffer, followed by a per-element epilogue kernel for Gemm's C term and fused epilogue ops.
+//! - **cuBLAS** anchors: a MatMul/Gemm whose operands are plain f32, f16 or bf16 buffers runs as one
+//!   (strided-batched) cuBLAS GEMM with f32 compute into its output buffer, followed by a per-element epilogue
+//!   kernel for Gemm's C term and fused epilogue ops (see [`BlasStep`] for where a half product may land).
 //! - **custom** kernels: the user's source and entry point, arguments in input then output order.
 //!
 //! Sources depend only on shapes, dtypes and attributes, never on buffer offsets or kernel ids: every buffer is a
@@ -22,7 +23,7 @@ pub(crate) mod reduce;
 
 use graph_plan::{Access, BufferRef, DType, ExecutionPlan, FusionCaps, GroupKind, Kernel, KernelId, Op, ValueId};
 
-use crate::blas::Matmul;
+use crate::blas::{GemmType, GemmTypes, Matmul};
 use crate::device::ParamKind;
 use crate::error::{CudaError, CudaResult};
 
@@ -65,9 +66,19 @@ pub enum Launch {
 }
 
 /// A cuBLAS product that runs before the kernel's own launch.
+///
+/// Numerics (one rule with exec-sim: compute in f32, round on every store to the value's dtype): the product
+/// accumulates in f32 and `alpha` is applied in f32; the result is rounded once, when cuBLAS stores it, to the
+/// type of `c`'s buffer (`matmul.types.c`). That buffer is the anchor output's own (its dtype: a half product is
+/// rounded exactly where exec-sim rounds the MatMul/Gemm value), or, with a fused epilogue, a final output of the
+/// same shape that the epilogue rewrites in place: one of the anchor's dtype, or an f32 one (a half anchor
+/// followed by a cast to f32), in which case the product is stored in f32 and the epilogue rounds it to the
+/// anchor's dtype before using it. A half Gemm with a C term stores its product in f32 or not at all: exec-sim
+/// rounds `alpha * AB + beta * C` once, so a half product rounded before the C term is added would round twice;
+/// such an anchor without an f32 output to borrow runs as a generated per-element kernel.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BlasStep {
-    /// The row-major product (alpha applied, beta 0: C terms are added by the epilogue).
+    /// The row-major product (alpha applied, beta 0: C terms are added by the epilogue), with its element types.
     pub matmul: Matmul,
     /// Operand A's buffer.
     pub a: BufferRef,
@@ -101,8 +112,9 @@ pub struct KernelSource {
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
-/// need the epilogue to keep the anchor's shape and f32, else the per-element fallback runs) and any chain of
-/// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
+/// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, else the per-element
+/// fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
+/// its own shape); row kernels take several
 /// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
 /// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too). Kernel
 /// parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
@@ -308,28 +320,48 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         return Ok(None);
     };
     let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
-    if [a.dtype, b.dtype, y.dtype].iter().any(|d| *d != DType::F32) {
+    // f32, f16 or bf16 operands of one type, and the anchor computing in it (ops do not mix float dtypes; the
+    // precision transform inserts casts instead).
+    let Some(ab) = GemmType::of(a.dtype) else {
+        return Ok(None);
+    };
+    if b.dtype != a.dtype || y.dtype != a.dtype {
         return Ok(None);
     }
     let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
         return Ok(None);
     };
-    let Some(mm) = matmul_spec(a.shape.dims(), b.shape.dims(), y.shape.dims(), trans_a, trans_b, alpha) else {
+    let Some(mut mm) = matmul_spec(a.shape.dims(), b.shape.dims(), y.shape.dims(), trans_a, trans_b, alpha) else {
         return Ok(None);
     };
     // Where the product lands: the anchor output's own buffer, or (fused epilogue) the buffer of a final output
-    // of the same shape and dtype, which the epilogue then rewrites in place element by element.
-    let target = kernel.param_of(vy, Access::Write).map(|p| (vy, p.buffer)).or_else(|| {
+    // of the same shape, which the epilogue then rewrites in place element by element: one of the anchor's dtype,
+    // else an f32 one (a half anchor cast to f32), which takes the product unrounded (see `BlasStep`).
+    let borrowed = |dtype: DType| {
         kernel
             .params
             .iter()
             .filter(|p| p.access == Access::Write)
-            .find(|p| kernel.values.get(p.value.index()).is_some_and(|v| v.shape == y.shape && v.dtype == DType::F32))
-            .map(|p| (p.value, p.buffer))
-    });
-    let Some((_, c_buf)) = target else {
+            .find(|p| kernel.values.get(p.value.index()).is_some_and(|v| v.shape == y.shape && v.dtype == dtype))
+            .map(|p| (p.buffer, dtype))
+    };
+    let target = kernel
+        .param_of(vy, Access::Write)
+        .map(|p| (p.buffer, y.dtype))
+        .or_else(|| borrowed(y.dtype))
+        .or_else(|| borrowed(DType::F32));
+    let Some((c_buf, c_dtype)) = target else {
         return Ok(None);
     };
+    let Some(c_type) = GemmType::of(c_dtype) else {
+        return Ok(None);
+    };
+    // A half product rounded on the store and then added to a C term would round twice (exec-sim rounds
+    // `alpha * AB + beta * C` once): such a Gemm stores its product in f32 or runs as a generated kernel.
+    if has_c && c_type != GemmType::F32 {
+        return Ok(None);
+    }
+    mm.types = GemmTypes { ab, c: c_type };
     // The product must not overwrite anything the kernel still reads (its operands, a residual read in place).
     if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&c_buf)) {
         return Ok(None);
@@ -362,7 +394,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
             blas: Some(blas),
         }));
     }
-    let mut src = emit::generate(kernel, Some((vy, c_buf)))?;
+    let mut src = emit::generate(kernel, Some((vy, c_buf, c_dtype)))?;
     src.blas = Some(blas);
     Ok(Some(src))
 }

@@ -3,7 +3,8 @@
 //! Each kernel source is compiled as C++20 with a small shim (CUDA built-ins as thread-locals, `__shared__` as
 //! function statics, `__syncthreads` and warp shuffles through barriers) and run block by block: per-element
 //! kernels on one host thread, row kernels with one host thread per CUDA thread. A plan runs step by step in
-//! submission order (one stream's order is a valid order); cuBLAS steps run as a plain host product.
+//! submission order (one stream's order is a valid order); cuBLAS steps run as the host model of the cuBLAS call
+//! (`ColMajorGemm::host_reference`, f32 or f16/bf16 with f32 compute).
 //!
 //! Compiling the shim's headers dominates, so a [`HostProgram`] holds many kernels (every distinct source of many
 //! plans) in one executable, and [`HostEmu`] runs any plan whose kernels it holds through graph-plan's `Executor`
@@ -344,25 +345,14 @@ fn build(cxx: &str, dir: &Path, sources: &[&KernelSource]) -> PathBuf {
     exe
 }
 
+/// A cuBLAS step on the host: the column-major call `Blas::matmul` makes (operands swapped), through
+/// `ColMajorGemm::host_reference` (f32, or f16/bf16 operands widened to f32, an f32 sum, one rounding to C's type
+/// on the store), so that the emulated plans exercise the same mapping, byte-extent checks and types as the
+/// device call.
 fn host_matmul(regions: &mut HostRegions, b: &codegen::BlasStep) {
-    let mm = b.matmul;
-    let a = regions.f32s(b.a);
-    let bb = regions.f32s(b.b);
-    let mut c = regions.f32s(b.c);
-    for p in 0..mm.batch {
-        for i in 0..mm.m {
-            for j in 0..mm.n {
-                let mut acc = 0.0f32;
-                for l in 0..mm.k {
-                    let ai = if mm.trans_a { l * mm.m + i } else { i * mm.k + l } + p * mm.stride_a;
-                    let bi = if mm.trans_b { j * mm.k + l } else { l * mm.n + j } + p * mm.stride_b;
-                    acc += a[ai] * bb[bi];
-                }
-                c[p * mm.stride_c + i * mm.n + j] = mm.alpha * acc;
-            }
-        }
-    }
-    regions.bytes_mut(b.c).copy_from_slice(&crate::common::to_bytes(&c));
+    let g = b.matmul.to_col_major();
+    let (a, bb) = (regions.bytes(b.a).to_vec(), regions.bytes(b.b).to_vec());
+    g.host_reference(&bb, &a, regions.bytes_mut(b.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
 }
 
 fn run_kernel(exe: &Path, dir: &Path, index: usize, src: &codegen::KernelSource, regions: &mut HostRegions) {
