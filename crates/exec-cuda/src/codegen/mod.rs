@@ -134,6 +134,9 @@ pub fn fusion_caps() -> FusionCaps {
         // strides on the output), so such an anchor falls back to the per-element product: slower on a GPU
         // than cuBLAS plus a transpose launch. Off until the cuBLAS step takes an output layout.
         layout_epilogue: false,
+        // Selections in an epilogue route parts of the product to outputs of their own: the same output-layout
+        // limit of the cuBLAS step as above.
+        select_epilogue: false,
         // No FlashAttention generator yet: attention chains stay a GEMM, a row kernel and a GEMM.
         attention: false,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
