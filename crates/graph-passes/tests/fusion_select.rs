@@ -18,8 +18,10 @@ use graph_plan::{verify, ExecutionPlan, PlanOptions, TensorMap};
 enum Pick {
     /// Gathers at constant scalar indices (torch's `unbind`).
     Constant,
-    /// q is scaled right after its Gather (a computation on a selected value).
-    ScaledQ,
+    /// q and K^T are scaled right after the split, as torch's scaled_dot_product_attention exports it.
+    Scaled,
+    /// q is added to v right after the split (two selected values combined).
+    Combined,
     /// The index of q is a graph input (not a constant).
     InputIndex,
 }
@@ -49,11 +51,16 @@ fn vit_block(heads: usize, s: usize, d: usize, pick: Pick) -> ComputeGraph {
     let mut q = n1(&mut g, "q", Op::Gather { axis: 0 }, &[t, i0]);
     let k = n1(&mut g, "k", Op::Gather { axis: 0 }, &[t, i1]);
     let v = n1(&mut g, "v", Op::Gather { axis: 0 }, &[t, i2]);
-    if pick == Pick::ScaledQ {
-        let c = g.add_constant_f32("half", [], &[0.5]).unwrap();
-        q = n1(&mut g, "q_scaled", Op::Mul, &[q, c]);
+    let mut kt = n1(&mut g, "k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[k]);
+    match pick {
+        Pick::Scaled => {
+            let c = g.add_constant_f32("sqrt_scale", [1], &[(1.0 / (d as f32).sqrt()).sqrt()]).unwrap();
+            q = n1(&mut g, "q_scaled", Op::Mul, &[q, c]);
+            kt = n1(&mut g, "k_t_scaled", Op::Mul, &[kt, c]);
+        }
+        Pick::Combined => q = n1(&mut g, "q_plus_v", Op::Add, &[q, v]),
+        Pick::Constant | Pick::InputIndex => {}
     }
-    let kt = n1(&mut g, "k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[k]);
     let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
     let c = g.add_constant_f32("scale_c", [], &[1.0 / (d as f32).sqrt()]).unwrap();
     let sc = n1(&mut g, "scale", Op::Mul, &[sc, c]);
@@ -82,16 +89,6 @@ fn agrees(g: &ComputeGraph, inputs: &TensorMap, seed: u64) {
     assert!(worst <= ATTENTION_TOLERANCE, "{}: relative error {worst:e}", g.name());
 }
 
-/// The decision text on the edge `producer -> consumer`.
-fn detail(p: &graph_passes::fusion::FusionPlan, producer: &str, consumer: &str) -> (Option<RejectReason>, String) {
-    let d = p
-        .decisions
-        .iter()
-        .find(|d| d.producer == producer && d.consumer == consumer)
-        .unwrap_or_else(|| panic!("no decision {producer} -> {consumer}: {:#?}", p.decisions));
-    (d.rejected, d.detail.clone())
-}
-
 #[test]
 fn a_packed_projection_writes_its_parts_from_one_kernel() {
     for (heads, seq, d) in [(2, 8, 4), (3, 70, 8)] {
@@ -115,15 +112,35 @@ fn a_packed_projection_writes_its_parts_from_one_kernel() {
 }
 
 #[test]
-fn selections_need_the_caps_and_a_constant_index_and_are_not_computed_on() {
-    // A computation on a selected value stays out of the epilogue (only layout ops may follow a Gather there).
-    let g = vit_block(2, 8, 4, Pick::ScaledQ);
+fn an_sdpa_export_scales_its_parts_in_the_projection_kernel() {
+    // torch's scaled_dot_product_attention multiplies q and K^T by sqrt(scale): per element, by a constant, so
+    // the projection kernel writes the scaled parts.
+    let g = vit_block(2, 70, 4, Pick::Scaled);
     let p = fuse(&g, &FusionOptions::default());
     check(&g, &p, &FusionCaps::all());
-    // q and its scaling form a loop kernel first; that kernel cannot join the projection.
-    let (r, why) = detail(&p, "qkv_t", "q");
-    assert_eq!(r, Some(RejectReason::Pattern));
-    assert_eq!(why, "'q_scaled' would compute on a selection in the epilogue of 'qkv_mm' (only Transposes and views may follow a Gather there)");
+    assert_eq!(
+        names(&g, &p)[0],
+        s(&["qkv_mm", "qkv_bias", "qkv_view", "qkv_t", "q", "k", "v", "k_t", "q_scaled", "k_t_scaled"])
+    );
+    assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::Attention, GroupKind::Anchor]);
+    agrees(&g, &TensorMap::new(), 13);
+}
+
+#[test]
+fn selections_need_the_caps_and_a_constant_index_and_are_not_combined() {
+    // Two selected values combined stay out of the epilogue.
+    let g = vit_block(2, 8, 4, Pick::Combined);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let group_of = |name: &str| names(&g, &p).iter().position(|grp| grp.iter().any(|n| n == name)).unwrap();
+    assert_ne!(group_of("q_plus_v"), group_of("qkv_mm"));
+    let want = "'q_plus_v' would combine a selection with another value of the epilogue of 'qkv_mm' (after a \
+                Gather there, only Transposes, views and elementwise ops with operands from outside the kernel)";
+    assert!(
+        p.decisions.iter().any(|d| d.rejected == Some(RejectReason::Pattern) && d.detail == want),
+        "{:#?}",
+        p.decisions
+    );
     agrees(&g, &TensorMap::new(), 9);
 
     // A Gather by an index the caller supplies is not a selection: it cannot join the epilogue.

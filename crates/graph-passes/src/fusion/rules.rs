@@ -69,8 +69,8 @@ impl Why {
                 n(anchor)
             ),
             Why::SelectCompute { node, anchor } => format!(
-                "'{}' would compute on a selection in the epilogue of '{}' (only Transposes and views may follow \
-                 a Gather there)",
+                "'{}' would combine a selection with another value of the epilogue of '{}' (after a Gather there, \
+                 only Transposes, views and elementwise ops with operands from outside the kernel)",
                 n(node),
                 n(anchor)
             ),
@@ -718,18 +718,29 @@ impl Groups {
     }
 
     /// The tensors of the merged group `a + b` that hold selected values: written by a selection, or by a
-    /// Transpose of selected values. Any other member reading them is refused: after a selection the epilogue
-    /// only routes values (each element of the anchor's result goes to at most one place per output), it never
-    /// combines two of them.
+    /// Transpose, or by an elementwise op that reads one selected value and otherwise only tensors from outside
+    /// the kernel (a scale, a bias). Any other member reading them is refused: after a selection the epilogue
+    /// still maps each element of the anchor's result to at most one element of each output, it never combines
+    /// two of them.
     fn selected(&self, d: &Dense<'_>, a: u32, b: u32, anchor: u32) -> Result<Vec<u32>, Reject> {
         let mut members: Vec<u32> = self.members(a).iter().chain(self.members(b)).copied().collect();
         members.sort_unstable();
+        let inside = |t: u32| {
+            let p = d.prod[through_views(d, t) as usize];
+            p != NONE && members.binary_search(&p).is_ok()
+        };
         let mut selected: Vec<u32> = Vec::new();
         for &m in &members {
-            let reads_selected = d.inputs(m).iter().any(|&t| selected.contains(&through_views(d, t)));
-            if is_selection(d, m) || (reads_selected && matches!(d.op(m), Op::Transpose { .. })) {
+            let ins = d.inputs(m);
+            let picked = ins.iter().filter(|&&t| selected.contains(&through_views(d, t))).count();
+            let routes = is_selection(d, m)
+                || (picked > 0 && matches!(d.op(m), Op::Transpose { .. }))
+                || (picked == 1
+                    && d.op(m).category() == OpCategory::Elementwise
+                    && ins.iter().filter(|&&t| inside(t)).count() == 1);
+            if routes {
                 selected.extend_from_slice(d.outputs(m));
-            } else if reads_selected {
+            } else if picked > 0 {
                 return reject(RejectReason::Pattern, Why::SelectCompute { node: m, anchor });
             }
         }

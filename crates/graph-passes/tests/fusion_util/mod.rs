@@ -253,15 +253,23 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
             };
             for &n in &ops {
                 let node = g.node(n);
-                let reads = node.inputs.iter().any(|&t| selected.contains(&source(t)));
+                let picked = node.inputs.iter().filter(|&&t| selected.contains(&source(t))).count();
+                let inside = node
+                    .inputs
+                    .iter()
+                    .filter(|&&t| g.producer(source(t)).is_some_and(|p| members.contains(&p)))
+                    .count();
                 let is_sel = matches!(node.op, Op::Gather { .. })
                     && node.inputs.get(1).is_some_and(|&t| {
                         g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
                     });
-                if is_sel || (reads && matches!(node.op, Op::Transpose { .. })) {
+                let routes = is_sel
+                    || (picked > 0 && matches!(node.op, Op::Transpose { .. }))
+                    || (picked == 1 && node.op.category() == OpCategory::Elementwise && inside == 1);
+                if routes {
                     selected.extend(node.outputs.iter().copied());
                 } else {
-                    assert!(!reads, "group {gi}: '{}' computes on a selection", name(n));
+                    assert_eq!(picked, 0, "group {gi}: '{}' combines a selection with another value", name(n));
                 }
             }
         }
