@@ -46,6 +46,8 @@ enum Mask {
     Padding,
     /// A constant [S, S], -1e9 above the diagonal (GPT causal), on the left of the Add.
     Causal,
+    /// Computed from an input `keep` [1, 1, 1, S] of 0/1: `keep * -1e4` (an elementwise producer of the mask).
+    Computed,
 }
 
 /// x [1, s, h*d] -> Q, K, V projections, head split (Reshape + Transpose), attention, head merge (Transpose +
@@ -92,6 +94,12 @@ fn block(heads: usize, s: usize, d: usize, scale: Scale, mask: Mask) -> ComputeG
             let m = g.add_constant_f32("causal", [s, s], &vals).unwrap();
             t = node(&mut g, "mask_add", Op::Add, &[m, t]);
         }
+        Mask::Computed => {
+            let keep = g.add_input("keep", F, [1, 1, 1, s]).unwrap();
+            let c = g.add_constant_f32("big_negative", [], &[-1e4]).unwrap();
+            let m = node(&mut g, "mask_bias", Op::Mul, &[keep, c]);
+            t = node(&mut g, "mask_add", Op::Add, &[t, m]);
+        }
     }
     let p = node(&mut g, "softmax", Op::Softmax { axis: -1 }, &[t]);
     let o = node(&mut g, "pv", Op::MatMul, &[p, vv]);
@@ -101,20 +109,25 @@ fn block(heads: usize, s: usize, d: usize, scale: Scale, mask: Mask) -> ComputeG
     g
 }
 
-/// The graphs every test runs: 70 keys (one full tile and a partial one), every scale and mask form.
-fn graphs() -> Vec<ComputeGraph> {
+/// The graphs every test runs: 70 keys (one full tile and a partial one), every scale and mask form; with
+/// `true`, planned with `layout_epilogue` on as well (off in this backend's caps), so that the head-merge
+/// Transpose joins the attention kernel and its output is written through the permutation.
+fn graphs() -> Vec<(ComputeGraph, bool)> {
     vec![
-        block(2, 70, 8, Scale::Div, Mask::Padding),
-        block(2, 70, 8, Scale::MulLeft, Mask::Causal),
-        block(1, 70, 4, Scale::None, Mask::None),
-        block(3, 5, 4, Scale::Div, Mask::None),
+        (block(2, 70, 8, Scale::Div, Mask::Padding), false),
+        (block(2, 70, 8, Scale::MulLeft, Mask::Causal), false),
+        (block(1, 70, 4, Scale::None, Mask::None), false),
+        (block(3, 5, 4, Scale::Div, Mask::None), false),
+        (block(2, 70, 8, Scale::Div, Mask::Computed), true),
     ]
 }
 
-/// Plan options with this backend's caps (attention on), `precision` when given.
-fn options(precision: Option<Precision>, reference: bool) -> PlanOptions {
+/// Plan options with this backend's caps (attention on; `layout` turns `layout_epilogue` on too), `precision`
+/// when given.
+fn options(precision: Option<Precision>, reference: bool, layout: bool) -> PlanOptions {
     let mut o = if reference { PlanOptions::reference() } else { PlanOptions::with_streams(2) };
     o.fusion.caps = codegen::fusion_caps();
+    o.fusion.caps.layout_epilogue |= layout;
     if let Some(p) = precision {
         o.precision = PrecisionPolicy::new(p);
     }
@@ -136,6 +149,11 @@ fn seeded(plan: &ExecutionPlan, role: BindingRole) -> TensorMap {
     if let Some(t) = m.get_mut("mask") {
         let n = t.shape.numel().unwrap();
         let vals: Vec<f32> = (0..n).map(|j| if j + 7 >= n { -1e4 } else { 0.0 }).collect();
+        *t = graph_plan::HostTensor::from_f32(t.shape.clone(), &vals);
+    }
+    if let Some(t) = m.get_mut("keep") {
+        let n = t.shape.numel().unwrap();
+        let vals: Vec<f32> = (0..n).map(|j| if j + 5 >= n { 1.0 } else { 0.0 }).collect();
         *t = graph_plan::HostTensor::from_f32(t.shape.clone(), &vals);
     }
     m
@@ -168,14 +186,20 @@ struct Case {
 fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     for precision in [None, Some(Precision::Fp16), Some(Precision::Bf16)] {
-        for g in graphs() {
-            let plan = ExecutionPlan::build_with(&g, &options(precision, false)).unwrap();
+        for (g, layout) in graphs() {
+            let plan = ExecutionPlan::build_with(&g, &options(precision, false, layout)).unwrap();
             graph_plan::verify(&plan).unwrap_or_else(|e| panic!("{}: {e:?}", g.name()));
-            let reference = ExecutionPlan::build_with(&g, &options(precision, true)).unwrap();
+            let reference = ExecutionPlan::build_with(&g, &options(precision, true, false)).unwrap();
             graph_plan::verify(&reference).unwrap_or_else(|e| panic!("{} ref: {e:?}", g.name()));
             let attn: Vec<_> = plan.kernels().iter().filter(|k| k.kind == GroupKind::Attention).collect();
             assert_eq!(attn.len(), 1, "{} {precision:?}: one attention kernel\n{plan}", g.name());
             assert!(reference.kernels().iter().all(|k| k.kind != GroupKind::Attention));
+            let ops: Vec<&str> = attn[0].body.iter().map(|i| i.op.name()).collect();
+            eprintln!("{} {precision:?}: attention kernel body {ops:?}", g.name());
+            if layout {
+                // The head merge rides along: the kernel writes the merged layout.
+                assert!(ops.contains(&"Transpose"), "{}: {ops:?}", g.name());
+            }
             out.push(Case { name: g.name().to_owned(), precision, plan, reference });
         }
     }
@@ -220,7 +244,7 @@ fn attention_kernels_match_the_reference_plan_on_the_host_emulator() {
 #[test]
 fn a_body_without_the_chain_is_refused() {
     let g = block(2, 6, 4, Scale::Div, Mask::Padding);
-    let plan = ExecutionPlan::build_with(&g, &options(None, false)).unwrap();
+    let plan = ExecutionPlan::build_with(&g, &options(None, false, false)).unwrap();
     let mut k = plan.kernels().iter().find(|k| k.kind == GroupKind::Attention).unwrap().clone();
     let qk = k.body.iter().position(|i| matches!(i.op, Op::MatMul)).unwrap();
     k.body[qk].op = Op::Add;
