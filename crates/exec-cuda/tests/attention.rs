@@ -19,9 +19,7 @@ use exec_cuda::codegen;
 use exec_sim::attention::{half_attention_tolerance, ATTENTION_TOLERANCE};
 use graph_plan::ir::{ComputeGraph, TensorId};
 use graph_plan::precision::{Precision, PrecisionPolicy};
-use graph_plan::{
-    BindingRole, DType, ExecutionPlan, Executor, GroupKind, Op, PlanOptions, PreparedPlan, TensorMap,
-};
+use graph_plan::{BindingRole, DType, ExecutionPlan, Executor, GroupKind, Op, PlanOptions, PreparedPlan, TensorMap};
 
 const F: DType = DType::F32;
 

@@ -127,7 +127,7 @@ pub(crate) fn chain(k: &Kernel) -> CudaResult<Chain> {
     // link (the planner guarantees both; a kernel that breaks them is refused, not miscomputed).
     let Op::Softmax { axis } = body[softmax].op else { return Err(no("no Softmax")) };
     let rank = value_checked(k, x)?.shape.rank();
-    let last = i64::try_from(rank).map_or(false, |r| axis == r - 1 || axis == -1);
+    let last = i64::try_from(rank).is_ok_and(|r| axis == r - 1 || axis == -1);
     if !last {
         return Err(no(&format!("Softmax over axis {axis} of a rank-{rank} score")));
     }
@@ -137,7 +137,10 @@ pub(crate) fn chain(k: &Kernel) -> CudaResult<Chain> {
         }
         for v in &instr.inputs {
             if let Some(j) = producer(*v).filter(|&j| c.skipped(j)) {
-                return Err(no(&format!("node '{}' reads '{}', an intermediate of the chain", instr.node, body[j].node)));
+                return Err(no(&format!(
+                    "node '{}' reads '{}', an intermediate of the chain",
+                    instr.node, body[j].node
+                )));
             }
         }
     }

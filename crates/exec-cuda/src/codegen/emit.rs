@@ -408,7 +408,10 @@ impl<'k> Emitter<'k> {
             if c.skipped(ii) || ii == c.m2 {
                 return Err(unsupported(
                     k,
-                    format!("node '{}' of the attention chain is read at an index: its value is never formed", instr.node),
+                    format!(
+                        "node '{}' of the attention chain is read at an index: its value is never formed",
+                        instr.node
+                    ),
                 ));
             }
         }
