@@ -161,6 +161,17 @@ impl ComputeGraph {
         }
     }
 
+    /// Room for `nodes` more nodes and `tensors` more tensors, so that a builder that knows its size up front
+    /// (an importer, a rewrite of another graph) does not regrow and rehash the name maps as it goes.
+    pub fn reserve(&mut self, nodes: usize, tensors: usize) {
+        let nodes = nodes.min(self.limits.max_nodes.saturating_sub(self.nodes.len()));
+        let tensors = tensors.min(self.limits.max_tensors.saturating_sub(self.tensors.len()));
+        self.nodes.reserve(nodes);
+        self.node_by_name.reserve(nodes);
+        self.tensors.reserve(tensors);
+        self.tensor_by_name.reserve(tensors);
+    }
+
     /// The graph's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -298,7 +309,8 @@ impl ComputeGraph {
             self.nodes.insert(Node { name: name.to_string(), op, inputs: inputs.to_vec(), outputs: Vec::new() });
         let mut outs = Vec::with_capacity(specs.len());
         for (spec, oname) in specs.into_iter().zip(output_names) {
-            match self.new_tensor(oname, spec.dtype, spec.shape, TensorRole::Intermediate, None) {
+            // Names were checked above (unique among the outputs and new to the graph).
+            match self.new_tensor_checked_name(oname, spec.dtype, spec.shape, TensorRole::Intermediate, None) {
                 Ok(t) => {
                     self.tensors[t].producer = Some(node_id);
                     outs.push(t);
@@ -363,6 +375,18 @@ impl ComputeGraph {
         data: Option<Arc<[u8]>>,
     ) -> GraphResult<TensorId> {
         self.check_new_tensor_name(name)?;
+        self.new_tensor_checked_name(name, dtype, shape, role, data)
+    }
+
+    /// `new_tensor` for a name already checked by `check_new_tensor_name`.
+    fn new_tensor_checked_name(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: Shape,
+        role: TensorRole,
+        data: Option<Arc<[u8]>>,
+    ) -> GraphResult<TensorId> {
         if shape.rank() > MAX_RANK {
             return Err(GraphError::RankTooLarge { tensor: name.to_string(), rank: shape.rank(), limit: MAX_RANK });
         }

@@ -4,7 +4,12 @@
 //! Unsqueeze -> Concat -> Reshape, GatherElements over a constant table, ...). cuplan's ops take those values
 //! as attributes, so the importer evaluates such nodes here. The importer folds a node when every input is
 //! a constant and either its result is integer or bool (shape arithmetic and index tables, never model
-//! maths) or graph-ir has no op for it; floating-point maths on constants stays in the graph.
+//! maths), or graph-ir has no op for it, or it is one of the f32 operations IEEE 754 rounds correctly (Cast to
+//! f32 of an exactly representable value, Neg, Abs, Sqrt, Reciprocal, Add, Sub, Mul, Div: [`float_exact`]).
+//! Those give the same bits on every backend, so folding them changes no value; exporters use them for
+//! scalars computed from shapes (torch's `scaled_dot_product_attention` writes its scale as
+//! `Sqrt(1 / Sqrt(Cast(Shape(q)[-1])))`, one tiny launch per layer otherwise). Other floating-point maths on
+//! constants (transcendentals, whose last bit differs between libraries; Where, Pow, ...) stays in the graph.
 //!
 //! Dynamic exports (a symbolic batch or sequence length bound with `--dim`) compute much more this way: Reshape
 //! and Expand targets from `Shape`, position ids from `Range` or `ConstantOfShape` + `CumSum`, masks from
@@ -605,6 +610,63 @@ pub(crate) fn constant_of_shape(dims: &[i64], value: Option<&TensorValue>, max_b
 /// An int64 value (Shape, Size, Constant ints).
 pub(crate) fn i64_value(dims: Vec<usize>, v: &[i64]) -> TensorValue {
     TensorValue::new(data_type::INT64, dims, pack_ints(data_type::INT64, v))
+}
+
+/// The largest magnitude below which every integer converts to f32 exactly (2^24).
+const F32_EXACT_INT: i64 = 1 << 24;
+
+/// An f32 result of an operation IEEE 754 rounds correctly, over constants: `Cast` to f32 (of f32, or of integers
+/// that f32 holds exactly), `Neg`, `Abs`, `Sqrt`, `Reciprocal`, and `Add`, `Sub`, `Mul`, `Div` with numpy
+/// broadcasting. Computed in f32, as the kernels compute them, so the folded bits are the ones every backend
+/// would produce. `None` for anything else (it stays in the graph).
+pub(crate) fn float_exact(op: &Op, xs: &[&TensorValue], max_bytes: usize) -> R<Option<TensorValue>> {
+    let f32s = |v: &TensorValue| -> Vec<f32> {
+        v.bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let pack = |dims: Vec<usize>, v: Vec<f32>| {
+        TensorValue::new(data_type::FLOAT, dims, v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    };
+    match (op, xs) {
+        (Op::Cast { to: graph_ir::DType::F32 }, [x]) => {
+            check_size(&x.dims, data_type::FLOAT, max_bytes)?;
+            let vals: Vec<f32> = if x.dtype == data_type::FLOAT {
+                f32s(x)
+            } else {
+                let Some(ints) = x.to_i64s() else { return Ok(None) };
+                if ints.iter().any(|v| v.unsigned_abs() > F32_EXACT_INT as u64) {
+                    return Ok(None);
+                }
+                ints.iter().map(|&v| v as f32).collect()
+            };
+            Ok(Some(pack(x.dims.clone(), vals)))
+        }
+        (Op::Neg | Op::Abs | Op::Sqrt | Op::Reciprocal, [x]) if x.dtype == data_type::FLOAT => {
+            check_size(&x.dims, data_type::FLOAT, max_bytes)?;
+            let f: fn(f32) -> f32 = match op {
+                Op::Neg => |v| -v,
+                Op::Abs => f32::abs,
+                Op::Sqrt => f32::sqrt,
+                _ => |v| 1.0 / v,
+            };
+            Ok(Some(pack(x.dims.clone(), f32s(x).into_iter().map(f).collect())))
+        }
+        (Op::Add | Op::Sub | Op::Mul | Op::Div, [a, b])
+            if a.dtype == data_type::FLOAT && b.dtype == data_type::FLOAT =>
+        {
+            let dims = bcast_dims(&[&a.dims, &b.dims])?;
+            check_size(&dims, data_type::FLOAT, max_bytes)?;
+            let (ma, mb) = (broadcast_map(&dims, &a.dims), broadcast_map(&dims, &b.dims));
+            let (va, vb) = (f32s(a), f32s(b));
+            let f: fn(f32, f32) -> f32 = match op {
+                Op::Add => |x, y| x + y,
+                Op::Sub => |x, y| x - y,
+                Op::Mul => |x, y| x * y,
+                _ => |x, y| x / y,
+            };
+            Ok(Some(pack(dims, ma.iter().zip(&mb).map(|(&i, &j)| f(va[i], vb[j])).collect())))
+        }
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]

@@ -120,6 +120,8 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
         weights: Vec::new(),
         stats: ImportStats { onnx_nodes: gp.node.len(), ..ImportStats::default() },
     };
+    // Sizes known up front (bounded by what was parsed, and capped by the limits): no regrowing name maps.
+    imp.graph.reserve(gp.node.len(), gp.node.len() + initializers.len() + inputs.len());
 
     for input in inputs {
         let dtype = dtype_of(input.dtype).ok_or_else(|| OnnxError::UnsupportedDtype {
@@ -332,7 +334,8 @@ impl Importer<'_> {
         Ok(())
     }
 
-    /// Folds a graph-ir op whose tensor inputs are all constants when the result is integer or bool.
+    /// Folds a graph-ir op whose tensor inputs are all constants when the result is integer or bool, or an f32
+    /// result of a correctly rounded operation (`fold::float_exact`).
     fn try_fold(&self, c: &Ctx, p: &Planned) -> Result<Option<TensorValue>, OnnxError> {
         let mut ins = Vec::with_capacity(p.inputs.len());
         for &i in &p.inputs {
@@ -355,10 +358,11 @@ impl Importer<'_> {
             Op::Where => refs.get(1).map_or(0, |v| v.dtype),
             _ => refs[0].dtype,
         };
-        if !fold::is_index_type(result_code) {
-            return Ok(None);
-        }
         let max = self.opts.max_fold_bytes;
+        if !fold::is_index_type(result_code) {
+            return fold::float_exact(&p.op, &refs, max)
+                .map_err(|e| c.invalid(format!("while folding constants: {e}")));
+        }
         let binary = p.op.arity() == graph_ir::op::Arity::Exact(2);
         let r = match &p.op {
             Op::Identity | Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } | Op::Flatten { .. } => {

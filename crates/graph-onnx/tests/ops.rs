@@ -487,6 +487,57 @@ fn gather_elements_and_range_fold_over_constants() {
 }
 
 #[test]
+fn correctly_rounded_float_scalars_fold_and_keep_their_bits() {
+    // torch.onnx's scaled_dot_product_attention: the scale from the query's shape, its square root applied to
+    // each operand. Shape -> Slice -> Cast -> Sqrt -> Div -> Cast -> Sqrt all fold; the Mul stays.
+    let nodes = vec![
+        NodeProto::new("Shape", "shape", &["q"], &["qs"]),
+        NodeProto::new("Slice", "last", &["qs", "st", "en"], &["d"]),
+        NodeProto::new("Cast", "to_f", &["d"], &["df"]).with_attrs(vec![A::int("to", F as i64)]),
+        NodeProto::new("Sqrt", "sqrt_d", &["df"], &["sd"]),
+        NodeProto::new("Div", "inv", &["one", "sd"], &["scale"]),
+        NodeProto::new("Cast", "again", &["scale"], &["scale_f"]).with_attrs(vec![A::int("to", F as i64)]),
+        NodeProto::new("Sqrt", "sqrt_scale", &["scale_f"], &["ss"]),
+        NodeProto::new("Mul", "q_scaled", &["q", "ss"], &["y"]),
+    ];
+    let inits = vec![
+        TensorProto::i64("st", &[1], &[-1]),
+        TensorProto::i64("en", &[1], &[i64::MAX]),
+        TensorProto::f32("one", &[1], &[1.0]),
+    ];
+    let m = imp(14, nodes, vec![f32v("q", &[1, 2, 5, 24])], vec![out("y")], inits);
+    assert_eq!(m.graph.num_nodes(), 1);
+    assert_eq!(m.stats.folded_nodes, 7);
+    let ss = m.graph.tensor(m.graph.tensor_id("ss").unwrap());
+    let want = (1.0f32 / 24f32.sqrt()).sqrt();
+    assert_eq!((ss.role, ss.data.as_deref()), (TensorRole::Constant, Some(&want.to_le_bytes()[..])));
+    // Broadcasting, Sub, Mul, Neg, Abs and Reciprocal, each in f32.
+    let nodes = vec![
+        NodeProto::new("Sub", "sub", &["a", "b"], &["s"]),
+        NodeProto::new("Mul", "mul", &["s", "a"], &["p"]),
+        NodeProto::new("Neg", "neg", &["p"], &["n"]),
+        NodeProto::new("Abs", "abs", &["n"], &["ab"]),
+        NodeProto::new("Reciprocal", "rcp", &["ab"], &["r"]),
+        NodeProto::new("Add", "add", &["x", "r"], &["y"]),
+    ];
+    let inits = vec![TensorProto::f32("a", &[2], &[3.0, -0.1]), TensorProto::f32("b", &[], &[0.7])];
+    let m = imp(13, nodes, vec![f32v("x", &[2])], vec![out("y")], inits);
+    assert_eq!((m.graph.num_nodes(), m.stats.folded_nodes), (1, 5));
+    let r = m.graph.tensor(m.graph.tensor_id("r").unwrap());
+    let want: Vec<u8> =
+        [3.0f32, -0.1].iter().flat_map(|&a| (1.0f32 / (-((a - 0.7f32) * a)).abs()).to_le_bytes()).collect();
+    assert_eq!(r.data.as_deref(), Some(want.as_slice()));
+    // A Cast of an integer f32 cannot hold exactly (2^24 + 1) is left to the kernels.
+    let nodes = vec![
+        NodeProto::new("Cast", "to_f", &["big"], &["bf"]).with_attrs(vec![A::int("to", F as i64)]),
+        NodeProto::new("Add", "add", &["x", "bf"], &["y"]),
+    ];
+    let m =
+        imp(13, nodes, vec![f32v("x", &[1])], vec![out("y")], vec![TensorProto::i64("big", &[1], &[(1 << 24) + 1])]);
+    assert_eq!((m.graph.num_nodes(), m.stats.folded_nodes), (2, 0));
+}
+
+#[test]
 fn float_maths_on_constants_stays_in_the_graph() {
     let nodes = vec![
         NodeProto::new("Where", "w", &["m", "a", "b"], &["mask"]),

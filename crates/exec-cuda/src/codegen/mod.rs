@@ -139,6 +139,9 @@ pub fn fusion_caps() -> FusionCaps {
         // strides on the output), so such an anchor falls back to the per-element product: slower on a GPU
         // than cuBLAS plus a transpose launch. Off until the cuBLAS step takes an output layout.
         layout_epilogue: false,
+        // Selections in an epilogue route parts of the product to outputs of their own: the same output-layout
+        // limit of the cuBLAS step as above.
+        select_epilogue: false,
         // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
         // express is `CudaError::Unsupported`, never a kernel.
         attention: true,

@@ -138,6 +138,11 @@ pub struct FusionCaps {
     /// costs no launch and no bytes.
     #[serde(default = "default_true")]
     pub layout_epilogue: bool,
+    /// With `layout_epilogue`, an anchor's epilogue may also hold selections (Gathers at a constant scalar
+    /// index, with Transposes and views after them): a packed projection writes each of its parts straight to a
+    /// tensor of its own (`q, k, v = qkv.unbind(0)` after a ViT's qkv projection) instead of one launch per part.
+    #[serde(default = "default_true")]
+    pub select_epilogue: bool,
     /// `MatMul(Q, K^T) -> [scale] -> [mask Add] -> Softmax -> MatMul(., V)` may be one fused attention kernel
     /// (`GroupKind::Attention`): tiles of K and V, online softmax, the scores never materialised.
     #[serde(default = "default_true")]
@@ -164,6 +169,7 @@ impl FusionCaps {
             multi_output: true,
             injective_fusion: true,
             layout_epilogue: true,
+            select_epilogue: true,
             attention: true,
             max_inputs: 64,
             max_ops: 256,
@@ -181,6 +187,7 @@ impl FusionCaps {
             multi_output: false,
             injective_fusion: false,
             layout_epilogue: false,
+            select_epilogue: false,
             attention: false,
             max_inputs: 64,
             max_ops: 256,

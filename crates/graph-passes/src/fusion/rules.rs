@@ -18,6 +18,7 @@ pub(super) enum Why {
     OtherRows { a: u32, b: u32 },
     AnchorReduction { anchor: u32 },
     AnchorMove { anchor: u32 },
+    SelectCompute { node: u32, anchor: u32 },
     ReductionMove,
     CapOff(&'static str),
     Prologue { p: u32, anchor: u32 },
@@ -63,9 +64,16 @@ impl Why {
                 format!("reductions over different rows or axes ('{}' and '{}')", n(a), n(b))
             }
             Why::AnchorReduction { anchor } => format!("an anchor ('{}') and a reduction in one kernel", n(anchor)),
-            Why::AnchorMove { anchor } => {
-                format!("a data-movement op other than a Transpose in the epilogue of '{}'", n(anchor))
-            }
+            Why::AnchorMove { anchor } => format!(
+                "a data-movement op other than a Transpose or a constant-index Gather in the epilogue of '{}'",
+                n(anchor)
+            ),
+            Why::SelectCompute { node, anchor } => format!(
+                "'{}' would compute on a selection in the epilogue of '{}' (only Transposes and views may follow \
+                 a Gather there)",
+                n(node),
+                n(anchor)
+            ),
             Why::ReductionMove => "a data-movement op in a reduction kernel".into(),
             Why::CapOff(which) => format!("caps.{which} is off"),
             Why::Prologue { p, anchor } => {
@@ -259,9 +267,12 @@ pub(super) struct Group {
     pub domain: u32,
     /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
     pub opaque: bool,
-    /// Every data-movement member is a pure permutation (Transpose): the group only changes the layout of what
-    /// it moves, so an anchor's epilogue may take it (the permutation folds into the output index map).
-    pub permute_only: bool,
+    /// Every data-movement member is a pure permutation (Transpose) or a selection (a Gather at a constant
+    /// scalar index): the group only changes where values go, so an anchor's epilogue may take it (the
+    /// permutation folds into an output index map, a selection routes part of the result to its own output).
+    pub layout_only: bool,
+    /// Has a selection member (see `is_selection`).
+    pub selects: bool,
     /// Has merged: the lists below are authoritative.
     pub merged: bool,
     /// Non-view member positions (merged groups).
@@ -376,7 +387,10 @@ impl Groups {
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
                 domain: node_domain[i as usize],
                 opaque,
-                permute_only: cat != OpCategory::DataMovement || matches!(d.op(i), Op::Transpose { .. }),
+                layout_only: cat != OpCategory::DataMovement
+                    || matches!(d.op(i), Op::Transpose { .. })
+                    || is_selection(d, i),
+                selects: is_selection(d, i),
                 merged: false,
                 members: Vec::new(),
                 inputs: Vec::new(),
@@ -514,7 +528,8 @@ impl Groups {
     pub fn merge(&mut self, a: u32, b: u32, pv: Preview, m: Merged, epoch: u32) -> (u32, u32) {
         let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
         let g_gone = &mut self.g[gone as usize];
-        let (lo, hi, flops, permute_only) = (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.permute_only);
+        let (lo, hi, flops, layout_only, selects) =
+            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects);
         let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
         g_gone.alive = false;
         g_gone.inputs = Vec::new();
@@ -533,7 +548,8 @@ impl Groups {
         k.anchor = m.anchor;
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
-        k.permute_only &= permute_only;
+        k.layout_only &= layout_only;
+        k.selects |= selects;
         k.inputs = pv.inputs;
         k.escaping = pv.escaping;
         k.lo = k.lo.min(lo);
@@ -576,9 +592,10 @@ impl Groups {
             return reject(RejectReason::Pattern, Why::AnchorReduction { anchor });
         }
         if anchor != NONE && dm {
-            // A permutation after the anchor folds into its output index map (a permuted output layout);
-            // any other data movement (a slice, a gather, a concat) changes what is computed, not where.
-            if !(ga.permute_only && gb.permute_only) {
+            // A permutation after the anchor folds into its output index map (a permuted output layout), and a
+            // selection routes part of the result to an output of its own; any other data movement (a slice, a
+            // gather by a tensor of indices, a concat) changes what is computed, not where.
+            if !(ga.layout_only && gb.layout_only) {
                 return reject(RejectReason::Pattern, Why::AnchorMove { anchor });
             }
             for (on, which) in [(caps.injective_fusion, "injective_fusion"), (caps.layout_epilogue, "layout_epilogue")]
@@ -586,6 +603,9 @@ impl Groups {
                 if !on {
                     return reject(RejectReason::CapsExceeded, Why::CapOff(which));
                 }
+            }
+            if (ga.selects || gb.selects) && !caps.select_epilogue {
+                return reject(RejectReason::CapsExceeded, Why::CapOff("select_epilogue"));
             }
         }
         if domain != NONE && dm {
@@ -656,7 +676,16 @@ impl Groups {
         match m.kind {
             GroupKind::Anchor => {
                 let want = d.outputs(m.anchor).first().map_or(0, |&t| d.numel[t as usize]);
-                if let Some(&t) = pv.escaping.iter().find(|&&t| d.numel[t as usize] != want) {
+                let selected = if self.g[a as usize].selects || self.g[b as usize].selects {
+                    self.selected(d, a, b, m.anchor)?
+                } else {
+                    Vec::new()
+                };
+                if let Some(&t) = pv
+                    .escaping
+                    .iter()
+                    .find(|&&t| d.numel[t as usize] != want && !selected.contains(&through_views(d, t)))
+                {
                     return reject(RejectReason::Pattern, Why::EpilogueSize { t, anchor: m.anchor });
                 }
             }
@@ -686,6 +715,25 @@ impl Groups {
             _ => {}
         }
         Ok(())
+    }
+
+    /// The tensors of the merged group `a + b` that hold selected values: written by a selection, or by a
+    /// Transpose of selected values. Any other member reading them is refused: after a selection the epilogue
+    /// only routes values (each element of the anchor's result goes to at most one place per output), it never
+    /// combines two of them.
+    fn selected(&self, d: &Dense<'_>, a: u32, b: u32, anchor: u32) -> Result<Vec<u32>, Reject> {
+        let mut members: Vec<u32> = self.members(a).iter().chain(self.members(b)).copied().collect();
+        members.sort_unstable();
+        let mut selected: Vec<u32> = Vec::new();
+        for &m in &members {
+            let reads_selected = d.inputs(m).iter().any(|&t| selected.contains(&through_views(d, t)));
+            if is_selection(d, m) || (reads_selected && matches!(d.op(m), Op::Transpose { .. })) {
+                selected.extend_from_slice(d.outputs(m));
+            } else if reads_selected {
+                return reject(RejectReason::Pattern, Why::SelectCompute { node: m, anchor });
+            }
+        }
+        Ok(selected)
     }
 
     /// Row-kernel rules for `members` and every edge touching them inside the merged group.
@@ -747,5 +795,29 @@ impl Groups {
             }
         }
         Ok(())
+    }
+}
+
+/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token).
+/// It picks one slice of its input, so in an anchor's epilogue it only routes part of the result.
+pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
+    matches!(d.op(i), Op::Gather { .. })
+        && d.inputs(i).get(1).is_some_and(|&t| {
+            let tensor = d.graph.tensor(d.tids[t as usize]);
+            tensor.role == graph_ir::TensorRole::Constant && tensor.shape.rank() == 0
+        })
+}
+
+/// The tensor whose bytes `t` aliases through views (itself when a member or a source writes it).
+fn through_views(d: &Dense<'_>, mut t: u32) -> u32 {
+    loop {
+        let p = d.prod[t as usize];
+        if p == NONE || !d.is_view(p) {
+            return t;
+        }
+        match d.inputs(p).first() {
+            Some(&i) => t = i,
+            None => return t,
+        }
     }
 }

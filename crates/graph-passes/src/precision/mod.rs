@@ -491,6 +491,10 @@ pub fn transform(
 
     // 2. Source dtypes: inputs by the io setting, weights and constants by their readers.
     let mut out = ComputeGraph::with_limits(graph.name(), graph.limits());
+    // The rewrite has the input's nodes and tensors plus its casts (a few per boundary): room for all of them
+    // up front, so the name maps are not regrown and rehashed node by node.
+    let extra = graph.num_nodes() / 4 + 16;
+    out.reserve(graph.num_nodes() + extra, graph.num_tensors() + extra);
     let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
     let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
     for &t in graph.inputs() {

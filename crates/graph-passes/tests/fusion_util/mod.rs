@@ -185,6 +185,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     let mut reductions = 0;
     let mut moves = 0;
     let mut permutes = 0;
+    let mut selections = 0;
     for &n in &ops {
         let node = g.node(n);
         match node.op.category() {
@@ -219,6 +220,15 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                 if matches!(node.op, Op::Transpose { .. }) {
                     permutes += 1;
                 }
+                // A Gather at a constant scalar index.
+                if matches!(node.op, Op::Gather { .. })
+                    && node.inputs.get(1).is_some_and(|&t| {
+                        let i = g.tensor(t);
+                        i.role == graph_ir::TensorRole::Constant && i.shape.rank() == 0
+                    })
+                {
+                    selections += 1;
+                }
                 assert!(node.outputs.len() == 1, "multi-output op '{}' fused", name(n));
             }
             _ => {}
@@ -228,9 +238,33 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     if anchors == 1 {
         assert_eq!(gr.kind, GroupKind::Anchor);
         assert_eq!(reductions, 0, "group {gi}: anchor with reductions");
-        // A permuted output layout: only Transposes, and only when the caps allow it.
-        assert_eq!(moves, permutes, "group {gi}: anchor with data movement other than Transpose");
+        // A permuted output layout and selections: only Transposes and constant-index Gathers, and only when
+        // the caps allow them; nothing but Transposes computes on a selected value.
+        assert_eq!(moves, permutes + selections, "group {gi}: anchor with data movement other than layout");
         assert!(moves == 0 || (caps.layout_epilogue && caps.injective_fusion), "group {gi}: layout epilogue");
+        assert!(selections == 0 || caps.select_epilogue, "group {gi}: selection against the caps");
+        if selections > 0 {
+            let mut selected: HashSet<TensorId> = HashSet::new();
+            let source = |mut t: TensorId| {
+                while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
+                    t = g.node(q).inputs[0];
+                }
+                t
+            };
+            for &n in &ops {
+                let node = g.node(n);
+                let reads = node.inputs.iter().any(|&t| selected.contains(&source(t)));
+                let is_sel = matches!(node.op, Op::Gather { .. })
+                    && node.inputs.get(1).is_some_and(|&t| {
+                        g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
+                    });
+                if is_sel || (reads && matches!(node.op, Op::Transpose { .. })) {
+                    selected.extend(node.outputs.iter().copied());
+                } else {
+                    assert!(!reads, "group {gi}: '{}' computes on a selection", name(n));
+                }
+            }
+        }
     }
     if reductions > 0 {
         assert!(caps.reduction_fusion);
@@ -427,7 +461,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 9]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 10]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -437,6 +471,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         injective_fusion: b[6],
         layout_epilogue: b[7],
         attention: b[8],
+        select_epilogue: b[9],
         max_inputs,
         max_ops,
     })

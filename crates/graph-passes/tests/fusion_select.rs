@@ -1,0 +1,160 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Selection epilogues: a packed projection (a ViT's `qkv` Linear, then `q, k, v = qkv.unbind(0)`, exported as
+//! Reshape, Transpose and three Gathers at constant scalar indices) writes q, K^T and v from its own kernel, with
+//! no launch per part. The groups on hand-built graphs, the refusals with their reasons (a computation on a
+//! selected value, a Gather by a tensor of indices, the caps), and exec-sim against the reference plan.
+
+mod fusion_util;
+
+use exec_sim::attention::ATTENTION_TOLERANCE;
+use exec_sim::{check as sim_check, CheckOptions, Schedule};
+use fusion_util::*;
+use graph_ir::{ComputeGraph, DType, Op, TensorId};
+use graph_passes::fusion::{FusionCaps, FusionOptions, GroupKind, RejectReason};
+use graph_plan::{verify, ExecutionPlan, PlanOptions, TensorMap};
+
+/// How the block picks its parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Pick {
+    /// Gathers at constant scalar indices (torch's `unbind`).
+    Constant,
+    /// q is scaled right after its Gather (a computation on a selected value).
+    ScaledQ,
+    /// The index of q is a graph input (not a constant).
+    InputIndex,
+}
+
+fn idx(g: &mut ComputeGraph, name: &str, v: i64) -> TensorId {
+    g.add_constant(name, DType::I64, [], v.to_le_bytes().to_vec()).unwrap()
+}
+
+/// x [1, s, e] -> qkv = x W + b [1, s, 3e] -> [1, s, 3, h, d] -> [3, 1, h, s, d] -> q, k, v (Gather axis 0) ->
+/// attention(q, k^T, v) with a scale -> head merge -> output projection.
+fn vit_block(heads: usize, s: usize, d: usize, pick: Pick) -> ComputeGraph {
+    let e = heads * d;
+    let mut g = ComputeGraph::new(format!("vit_{heads}_{s}_{d}_{pick:?}"));
+    let x = g.add_input("x", F, [1, s, e]).unwrap();
+    let w = g.add_weight("w_qkv", F, [e, 3 * e]).unwrap();
+    let b = g.add_weight("b_qkv", F, [3 * e]).unwrap();
+    let m = n1(&mut g, "qkv_mm", Op::MatMul, &[x, w]);
+    let a = n1(&mut g, "qkv_bias", Op::Add, &[m, b]);
+    let shape = vec![1, s as i64, 3, heads as i64, d as i64];
+    let r = n1(&mut g, "qkv_view", Op::Reshape { shape, allowzero: false }, &[a]);
+    let t = n1(&mut g, "qkv_t", Op::Transpose { perm: Some(vec![2, 0, 3, 1, 4]) }, &[r]);
+    let i0 = match pick {
+        Pick::InputIndex => g.add_input("which", DType::I64, []).unwrap(),
+        _ => idx(&mut g, "i0", 0),
+    };
+    let (i1, i2) = (idx(&mut g, "i1", 1), idx(&mut g, "i2", 2));
+    let mut q = n1(&mut g, "q", Op::Gather { axis: 0 }, &[t, i0]);
+    let k = n1(&mut g, "k", Op::Gather { axis: 0 }, &[t, i1]);
+    let v = n1(&mut g, "v", Op::Gather { axis: 0 }, &[t, i2]);
+    if pick == Pick::ScaledQ {
+        let c = g.add_constant_f32("half", [], &[0.5]).unwrap();
+        q = n1(&mut g, "q_scaled", Op::Mul, &[q, c]);
+    }
+    let kt = n1(&mut g, "k_t", Op::Transpose { perm: Some(vec![0, 1, 3, 2]) }, &[k]);
+    let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
+    let c = g.add_constant_f32("scale_c", [], &[1.0 / (d as f32).sqrt()]).unwrap();
+    let sc = n1(&mut g, "scale", Op::Mul, &[sc, c]);
+    let p = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[sc]);
+    let o = n1(&mut g, "pv", Op::MatMul, &[p, v]);
+    let o = n1(&mut g, "merge_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[o]);
+    let o = n1(&mut g, "merge", Op::Reshape { shape: vec![1, s as i64, e as i64], allowzero: false }, &[o]);
+    let wo = g.add_weight("wo", F, [e, e]).unwrap();
+    let y = n1(&mut g, "out_proj", Op::MatMul, &[o, wo]);
+    g.mark_output(y).unwrap();
+    g
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// exec-sim: the fused plan (4 streams, random schedule, race check) against the reference plan.
+fn agrees(g: &ComputeGraph, inputs: &TensorMap, seed: u64) {
+    let opts = PlanOptions::with_streams(4);
+    verify(&ExecutionPlan::build_with(g, &opts).unwrap()).unwrap();
+    let co = CheckOptions { schedule: Schedule::Random { seed }, seed, ..CheckOptions::default() };
+    let r = sim_check(g, &opts, inputs, &TensorMap::new(), &co).unwrap_or_else(|e| panic!("{}: {e}", g.name()));
+    assert!(r.passed, "{}: {r:#?}", g.name());
+    let worst = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
+    assert!(worst <= ATTENTION_TOLERANCE, "{}: relative error {worst:e}", g.name());
+}
+
+/// The decision text on the edge `producer -> consumer`.
+fn detail(p: &graph_passes::fusion::FusionPlan, producer: &str, consumer: &str) -> (Option<RejectReason>, String) {
+    let d = p
+        .decisions
+        .iter()
+        .find(|d| d.producer == producer && d.consumer == consumer)
+        .unwrap_or_else(|| panic!("no decision {producer} -> {consumer}: {:#?}", p.decisions));
+    (d.rejected, d.detail.clone())
+}
+
+#[test]
+fn a_packed_projection_writes_its_parts_from_one_kernel() {
+    for (heads, seq, d) in [(2, 8, 4), (3, 70, 8)] {
+        let g = vit_block(heads, seq, d, Pick::Constant);
+        let p = fuse(&g, &FusionOptions::default());
+        check(&g, &p, &FusionCaps::all());
+        assert_eq!(
+            names(&g, &p),
+            vec![
+                s(&["qkv_mm", "qkv_bias", "qkv_view", "qkv_t", "q", "k", "v", "k_t"]),
+                s(&["qk", "scale", "softmax", "pv", "merge_t"]),
+                s(&["out_proj"]),
+            ]
+        );
+        assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::Attention, GroupKind::Anchor]);
+        // The projection kernel writes the three parts (K already transposed); the packed tensor stays inside.
+        assert_eq!(outputs(&g, &p, 0), vec!["q", "v", "k_t"]);
+        assert!(!p.is_materialized(&g, g.tensor_id("qkv_t").unwrap()));
+        agrees(&g, &TensorMap::new(), 5);
+    }
+}
+
+#[test]
+fn selections_need_the_caps_and_a_constant_index_and_are_not_computed_on() {
+    // A computation on a selected value stays out of the epilogue (only layout ops may follow a Gather there).
+    let g = vit_block(2, 8, 4, Pick::ScaledQ);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    // q and its scaling form a loop kernel first; that kernel cannot join the projection.
+    let (r, why) = detail(&p, "qkv_t", "q");
+    assert_eq!(r, Some(RejectReason::Pattern));
+    assert_eq!(why, "'q_scaled' would compute on a selection in the epilogue of 'qkv_mm' (only Transposes and views may follow a Gather there)");
+    agrees(&g, &TensorMap::new(), 9);
+
+    // A Gather by an index the caller supplies is not a selection: it cannot join the epilogue.
+    let g = vit_block(2, 8, 4, Pick::InputIndex);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let group_of = |name: &str| names(&g, &p).iter().position(|grp| grp.iter().any(|n| n == name)).unwrap();
+    assert_ne!(group_of("q"), group_of("qkv_mm"));
+    assert_eq!(group_of("k"), group_of("qkv_mm"));
+    assert!(p.decisions.iter().any(|d| d.consumer == "q"
+        && d.detail
+            == "a data-movement op other than a Transpose or a constant-index Gather in the epilogue of 'qkv_mm'"));
+    let mut inputs = TensorMap::new();
+    inputs.insert(
+        "which".into(),
+        graph_plan::HostTensor {
+            dtype: DType::I64,
+            shape: graph_ir::Shape::new(Vec::<usize>::new()),
+            data: 0i64.to_le_bytes().to_vec(),
+        },
+    );
+    agrees(&g, &inputs, 11);
+
+    // A backend without selection epilogues (exec-cuda today): each part is its own launch, and says why.
+    let caps = FusionCaps { select_epilogue: false, ..FusionCaps::all() };
+    let g = vit_block(2, 8, 4, Pick::Constant);
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &p, &caps);
+    assert_eq!(p.groups.len(), 6, "{:?}", names(&g, &p));
+    assert!(p
+        .decisions
+        .iter()
+        .any(|d| d.rejected == Some(RejectReason::CapsExceeded) && d.detail == "caps.select_epilogue is off"));
+}
