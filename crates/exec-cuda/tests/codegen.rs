@@ -356,4 +356,52 @@ fn fusion_caps_are_declared() {
     let caps = codegen::fusion_caps();
     assert!(caps.matmul_epilogue && caps.conv_epilogue && caps.multi_output);
     assert!(caps.reduction_fusion, "fused row kernels (reduce::fused) take producers and consumers");
+    assert!(caps.attention, "fused attention kernels (codegen::attention)");
+}
+
+/// A small fused attention kernel: f16 Q, K, V through head-split transposes, scaled by a Div, masked by a
+/// [1, 1, 1, 5] input, the head merge folded into the output index (the half chain's casts inside the kernel).
+/// Its source is a golden; it compiles with NVRTC where installed.
+#[test]
+fn golden_attention_kernel() {
+    use graph_plan::precision::{Precision, PrecisionPolicy};
+    let (s, heads, d) = (5usize, 2usize, 4usize);
+    let e = heads * d;
+    let mut g = ComputeGraph::new("attention");
+    let split = |g: &mut ComputeGraph, n: &str, perm: Vec<usize>| {
+        let x = g.add_input(n, DType::F32, [1, s, e]).unwrap();
+        let r = g
+            .add_node(
+                &format!("view_{n}"),
+                Op::Reshape { shape: vec![1, s as i64, heads as i64, d as i64], allowzero: false },
+                &[x],
+            )
+            .unwrap()[0];
+        g.add_node(&format!("split_{n}"), Op::Transpose { perm: Some(perm) }, &[r]).unwrap()[0]
+    };
+    let q = split(&mut g, "q", vec![0, 2, 1, 3]);
+    let kt = split(&mut g, "k", vec![0, 2, 3, 1]);
+    let v = split(&mut g, "v", vec![0, 2, 1, 3]);
+    let mask = g.add_input("mask", DType::F32, [1, 1, 1, s]).unwrap();
+    let c = g.add_constant_f32("sqrt_d", [], &[2.0]).unwrap();
+    let sc = g.add_node("qk", Op::MatMul, &[q, kt]).unwrap()[0];
+    let sc = g.add_node("scale", Op::Div, &[sc, c]).unwrap()[0];
+    let sc = g.add_node("mask_add", Op::Add, &[sc, mask]).unwrap()[0];
+    let p = g.add_node("softmax", Op::Softmax { axis: -1 }, &[sc]).unwrap()[0];
+    let o = g.add_node("pv", Op::MatMul, &[p, v]).unwrap()[0];
+    let o = g.add_node("merge_t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[o]).unwrap()[0];
+    g.mark_output(o).unwrap();
+    let mut opts = PlanOptions::with_streams(1);
+    opts.fusion.caps = codegen::fusion_caps();
+    opts.precision = PrecisionPolicy::new(Precision::Fp16);
+    let p = ExecutionPlan::build_with(&g, &opts).unwrap();
+    graph_plan::verify(&p).unwrap();
+    let attn: Vec<_> = p.kernels().iter().filter(|k| k.kind == graph_plan::GroupKind::Attention).collect();
+    assert_eq!(attn.len(), 1, "{p}");
+    let src = codegen::generate(attn[0]).unwrap();
+    assert!(matches!(src.launch, Launch::Elements { threads: 40, .. }), "{:?}", src.launch);
+    assert!(src.source.contains("h2f(") && src.source.contains("f2h("), "half loads and one rounding store");
+    golden("attention_f16", std::slice::from_ref(&src));
+    let n = compile_all("golden_attention_kernel", &p, &CompileCache::new());
+    eprintln!("{n} kernels compiled");
 }

@@ -499,6 +499,10 @@ fn half_precision_plans_match_their_reference_plans() {
     for p in [Precision::Fp16, Precision::Bf16] {
         let mut o = PlanOptions::with_streams(2);
         o.fusion.caps = codegen::fusion_caps();
+        // A fused half attention kernel is not bitwise the unfused half chain (it never rounds its scores and
+        // probabilities to half: `exec_sim::attention`), so it is held to `half_attention_tolerance` in
+        // tests/attention.rs; here the chain stays unfused and every other half kernel is held to 1e-4.
+        o.fusion.caps.attention = false;
         o.precision = PrecisionPolicy::new(p);
         let Some(runs) = differential("half_precision_plans_match_their_reference_plans", &graphs, &o, 1e-4) else {
             return;

@@ -47,9 +47,13 @@ fn shared_model_kernels_generate_and_compile() {
                     .unwrap_or_else(|e| panic!("{m} {precision:?} (cublas {cublas}): {e}"));
                 assert_eq!(s.len(), plan.kernels().len());
                 if cublas {
+                    // Fused attention kernels also start with a MatMul: they are generated, not cuBLAS anchors.
+                    let attention =
+                        plan.kernels().iter().filter(|k| k.kind == graph_plan::GroupKind::Attention).count();
                     let products = plan
                         .kernels()
                         .iter()
+                        .filter(|k| k.kind != graph_plan::GroupKind::Attention)
                         .filter(|k| k.body.first().is_some_and(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. })))
                         .count();
                     let half = s
@@ -59,7 +63,7 @@ fn shared_model_kernels_generate_and_compile() {
                         .count();
                     eprintln!(
                         "{m} {precision:?}: {} kernels, {} on cuBLAS ({half} with half operands) of {products} \
-                         MatMul/Gemm anchors, {} launched",
+                         MatMul/Gemm anchors, {attention} fused attention, {} launched",
                         s.len(),
                         s.iter().filter(|k| k.blas.is_some()).count(),
                         s.iter().filter(|k| k.launch != Launch::None).count()

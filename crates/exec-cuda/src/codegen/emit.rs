@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use graph_plan::op::{ConvAttrs, PadMode, PoolAttrs};
 use graph_plan::{Access, BufferRef, DType, Kernel, Op, Shape, ValueId};
 
+use super::attention;
 use super::{unsupported, value_checked, Buffers, KernelSource, Launch, ELEMENT_BLOCK, ENTRY};
 use crate::error::CudaResult;
 
@@ -101,6 +102,16 @@ pub(crate) fn flit(f: f32) -> String {
 /// Generates a per-element kernel. `blas_out`: the anchor output value already computed by cuBLAS into a buffer
 /// of the given dtype (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
 pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef, DType)>) -> CudaResult<KernelSource> {
+    generate_with(kernel, blas_out, None)
+}
+
+/// [`generate`], with the chain of a fused attention kernel, whose output the thread computes with an online
+/// softmax ([`attention::output_at`]) instead of forming the chain's intermediates.
+pub(crate) fn generate_with(
+    kernel: &Kernel,
+    blas_out: Option<(ValueId, BufferRef, DType)>,
+    chain: Option<attention::Chain>,
+) -> CudaResult<KernelSource> {
     let mut bufs = Buffers::of(kernel)?;
     let blas = match blas_out {
         Some((v, b, dtype)) => {
@@ -126,6 +137,7 @@ pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef, DT
         None => None,
     };
     let mut e = Emitter::new(kernel, &bufs, blas)?;
+    e.attention = chain;
     // Outputs grouped by element count: one guarded block per count, sharing memoised values inside it.
     let mut groups: Vec<(usize, Vec<(ValueId, usize)>)> = Vec::new();
     for (pi, p) in kernel.params.iter().enumerate() {
@@ -188,6 +200,9 @@ pub(crate) struct Emitter<'k> {
     next: usize,
     /// Values a row kernel has already reduced (one per row) or can express per element from per-row results.
     pub(crate) rows: HashMap<ValueId, RowValue>,
+    /// The chain of a fused attention kernel: its output is computed by [`attention::output_at`], its
+    /// intermediates never.
+    pub(crate) attention: Option<attention::Chain>,
 }
 
 /// A value of a fused row kernel known through per-row results (`reduce::fused`).
@@ -227,7 +242,13 @@ impl<'k> Emitter<'k> {
             memo: vec![HashMap::new()],
             next: 0,
             rows: HashMap::new(),
+            attention: None,
         })
+    }
+
+    /// The kernel being emitted.
+    pub(crate) fn kernel(&self) -> &'k Kernel {
+        self.k
     }
 
     pub(crate) fn line(&mut self, s: &str) {
@@ -329,7 +350,7 @@ impl<'k> Emitter<'k> {
     }
 
     /// The index into `from` (broadcast, numpy rules) that element `idx` of `to` reads.
-    fn broadcast_index(&mut self, idx: &str, to: &[usize], from: &[usize]) -> String {
+    pub(crate) fn broadcast_index(&mut self, idx: &str, to: &[usize], from: &[usize]) -> String {
         if to == from {
             return idx.to_owned();
         }
@@ -378,6 +399,20 @@ impl<'k> Emitter<'k> {
                     return Ok(self.def("float", "v", &round(&p, od)));
                 }
                 return Ok(p);
+            }
+        }
+        if let Some(c) = self.attention {
+            if ii == c.m2 && pos == 0 {
+                return attention::output_at(self, &c, idx);
+            }
+            if c.skipped(ii) || ii == c.m2 {
+                return Err(unsupported(
+                    k,
+                    format!(
+                        "node '{}' of the attention chain is read at an index: its value is never formed",
+                        instr.node
+                    ),
+                ));
             }
         }
         let ct = compute_type(od);

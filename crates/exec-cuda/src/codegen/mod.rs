@@ -11,6 +11,9 @@
 //! - **cuBLAS** anchors: a MatMul/Gemm whose operands are plain f32, f16 or bf16 buffers runs as one
 //!   (strided-batched) cuBLAS GEMM with f32 compute into its output buffer, followed by a per-element epilogue
 //!   kernel for Gemm's C term and fused epilogue ops (see [`BlasStep`] for where a half product may land).
+//! - **attention** kernels ([`attention`]): a fused `MatMul -> [scale] -> [mask] -> Softmax -> MatMul` chain
+//!   (f32, or half with its casts) as a per-element kernel whose output elements each run an online softmax over
+//!   tiles of keys: the scores are never stored. Head-split and head-merge transposes index through as usual.
 //! - **custom** kernels: the user's source and entry point, arguments in input then output order.
 //!
 //! Sources depend only on shapes, dtypes and attributes, never on buffer offsets or kernel ids: every buffer is a
@@ -18,6 +21,7 @@
 //! produce identical text and the compile cache compiles them once. Generation never panics: anything it cannot
 //! express is [`CudaError::Unsupported`] naming the kernel and the op.
 
+pub(crate) mod attention;
 pub(crate) mod emit;
 pub(crate) mod reduce;
 
@@ -116,7 +120,8 @@ pub struct KernelSource {
 /// fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
 /// its own shape); row kernels take several
 /// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
-/// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too). Kernel
+/// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too);
+/// attention kernels take the chain exec-sim runs (`attention`: per-element, online softmax). Kernel
 /// parameters: 64 buffers stay far below CUDA's 4 KiB parameter limit of older drivers.
 #[must_use]
 pub fn fusion_caps() -> FusionCaps {
@@ -137,8 +142,9 @@ pub fn fusion_caps() -> FusionCaps {
         // Selections in an epilogue route parts of the product to outputs of their own: the same output-layout
         // limit of the cuBLAS step as above.
         select_epilogue: false,
-        // No FlashAttention generator yet: attention chains stay a GEMM, a row kernel and a GEMM.
-        attention: false,
+        // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
+        // express is `CudaError::Unsupported`, never a kernel.
+        attention: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
@@ -197,10 +203,7 @@ pub fn generate_with(kernel: &Kernel, options: &CodegenOptions) -> CudaResult<Ke
             None => emit::generate(kernel, None),
         },
         GroupKind::Elementwise | GroupKind::DataMovement => emit::generate(kernel, None),
-        GroupKind::Attention => Err(unsupported(
-            kernel,
-            "fused attention has no CUDA generator yet (fusion_caps() leaves caps.attention off)",
-        )),
+        GroupKind::Attention => attention::generate(kernel),
     }?;
     src.kernel = kernel.id;
     src.name.clone_from(&kernel.name);

@@ -1,0 +1,338 @@
+//! Fused attention kernels (`GroupKind::Attention`): `MatMul(Q, K^T) -> [Cast] -> [Mul or Div by a scalar] ->
+//! [Add mask] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` as one per-element kernel with an online softmax,
+//! so the score matrix is never stored.
+//!
+//! **Shape of the kernel.** A per-element kernel ([`super::emit`]): one thread per element of each output, every
+//! other value of the kernel (the head-split Transposes that produce Q, K^T and V, elementwise producers of the
+//! mask, the head-merge Transpose that consumes the output) indexed in its own shape as usual. The chain's output
+//! `O[b, i, d]` (batch `b`, query row `i`, column `d` of V) is computed by the thread that needs it: it walks the
+//! keys in tiles of [`TILE`], forms each tile's scores in registers (`Q[b, i, :] . K^T[b, :, j]`, scaled and
+//! masked), and keeps a running maximum `m`, a running sum `l` and the accumulator `acc = sum_j p_j V[b, j, d]`,
+//! rescaled by `exp(m_old - m_new)` once per tile (FlashAttention's online softmax). Every thread of a row
+//! recomputes the row's scores (`dv`-fold redundant work): simple and correct rather than fast; a block per query
+//! row sharing K/V tiles in shared memory is the next step.
+//!
+//! **Semantics: exec-sim's (`exec_sim::attention`).** The chain is found the same way (`chain` mirrors its
+//! matcher on the kernel program); Q and K^T broadcast their batch axes together (numpy rules), V broadcasts into
+//! that batch, the mask into `[batch, sq, sk]`, and the scale is the scalar operand of the Mul or Div (on the
+//! right of a Div). Scores are f32 dot products summed sequentially over `k`, then scaled and masked in f32, never
+//! rounded to a half type; half Q, K, V are loaded through the PRELUDE's `h2f`/`bf2f` and the output is rounded
+//! once, on the store, to its dtype. The statistics and the accumulator are f32 here (exec-sim keeps them in f64):
+//! the host-emulator differential holds the kernel to `exec_sim::attention::ATTENTION_TOLERANCE` of the unfused
+//! f32 chain. A NaN score makes the row NaN, a row whose scores are all `-inf` is `0 / 0` (NaN), as in exec-sim.
+//!
+//! Anything the generator cannot express (no chain, shapes that do not chain or broadcast, a non-float scale, an
+//! intermediate of the chain read by another op) is [`crate::CudaError::Unsupported`], never a kernel.
+
+use graph_plan::{DType, Kernel, Op, ValueId};
+
+use super::emit::{self, Emitter};
+use super::{unsupported, value_checked, KernelSource};
+use crate::error::CudaResult;
+
+/// Keys (rows of V) per tile: the scores of one tile live in registers, and the accumulator is rescaled once per
+/// tile, as exec-sim's kernel does.
+pub const TILE: usize = 64;
+
+/// The chain inside an attention kernel's body: instruction indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chain {
+    pub m1: usize,
+    /// The Cast of half scores to f32 (a half chain).
+    pub cast_scores: Option<usize>,
+    pub scale: Option<usize>,
+    pub mask: Option<usize>,
+    pub softmax: usize,
+    /// The Cast of the f32 probabilities back to the half type (a half chain).
+    pub cast_probs: Option<usize>,
+    pub m2: usize,
+}
+
+impl Chain {
+    /// True for the links whose values the fused kernel never forms (everything but the output MatMul).
+    pub fn skipped(&self, i: usize) -> bool {
+        i == self.m1
+            || Some(i) == self.cast_scores
+            || Some(i) == self.scale
+            || Some(i) == self.mask
+            || i == self.softmax
+            || Some(i) == self.cast_probs
+    }
+}
+
+/// Generates the per-element kernel of an attention group.
+///
+/// # Errors
+/// [`crate::CudaError::Unsupported`] when the body holds no chain the generator can express.
+pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
+    let c = chain(kernel)?;
+    emit::generate_with(kernel, None, Some(c))
+}
+
+/// The links below the mask, walking back from value `v`: `[Mul | Div by a scalar] <- [Cast] <- MatMul`, as
+/// `(scale, cast, m1)` (exec-sim's `walk_scores`).
+fn walk_scores(k: &Kernel, v: ValueId) -> Option<(Option<usize>, Option<usize>, usize)> {
+    let body = &k.body;
+    let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
+    let scalar = |v: &ValueId| k.values.get(v.index()).is_some_and(|x| x.shape.0.iter().product::<usize>() == 1);
+    let (mut scale, mut cast) = (None, None);
+    let mut at = producer(v)?;
+    if matches!(body[at].op, Op::Mul | Op::Div) {
+        let ins = &body[at].inputs;
+        let operand = match body[at].op {
+            Op::Div if ins.len() == 2 && scalar(&ins[1]) => ins[0],
+            Op::Mul if ins.len() == 2 && scalar(&ins[1]) => ins[0],
+            Op::Mul if ins.len() == 2 && scalar(&ins[0]) => ins[1],
+            _ => return None,
+        };
+        scale = Some(at);
+        at = producer(operand)?;
+    }
+    if matches!(body[at].op, Op::Cast { .. }) {
+        cast = Some(at);
+        at = producer(*body[at].inputs.first()?)?;
+    }
+    matches!(body[at].op, Op::MatMul).then_some((scale, cast, at))
+}
+
+/// Finds the chain (exec-sim's `attention::chain`, the planner's matcher on the kernel program).
+pub(crate) fn chain(k: &Kernel) -> CudaResult<Chain> {
+    let body = &k.body;
+    let no = |what: &str| unsupported(k, format!("attention kernel: {what}"));
+    let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
+    let softmax = body.iter().position(|i| matches!(i.op, Op::Softmax { .. })).ok_or_else(|| no("no Softmax"))?;
+    let p = *body[softmax].outputs.first().ok_or_else(|| no("Softmax without output"))?;
+    let cast_probs = body.iter().position(|i| matches!(i.op, Op::Cast { .. }) && i.inputs.first() == Some(&p));
+    let probs = match cast_probs {
+        Some(c) => *body[c].outputs.first().ok_or_else(|| no("Cast without output"))?,
+        None => p,
+    };
+    let m2 = body
+        .iter()
+        .position(|i| matches!(i.op, Op::MatMul) && i.inputs.first() == Some(&probs))
+        .ok_or_else(|| no("no MatMul reads the probabilities"))?;
+    let x = *body[softmax].inputs.first().ok_or_else(|| no("Softmax without input"))?;
+    let mut mask = None;
+    let mut below = None;
+    if let Some(j) = producer(x).filter(|&j| matches!(body[j].op, Op::Add)) {
+        below = body[j].inputs.iter().find_map(|&v| walk_scores(k, v));
+        mask = below.map(|_| j);
+    }
+    if mask.is_none() {
+        below = walk_scores(k, x);
+    }
+    let (scale, cast_scores, m1) = below.ok_or_else(|| no("the scores do not come from a MatMul"))?;
+    let c = Chain { m1, cast_scores, scale, mask, softmax, cast_probs, m2 };
+    // The softmax must run over the last axis of the scores, and every intermediate must be read only by the next
+    // link (the planner guarantees both; a kernel that breaks them is refused, not miscomputed).
+    let Op::Softmax { axis } = body[softmax].op else { return Err(no("no Softmax")) };
+    let rank = value_checked(k, x)?.shape.rank();
+    let last = i64::try_from(rank).is_ok_and(|r| axis == r - 1 || axis == -1);
+    if !last {
+        return Err(no(&format!("Softmax over axis {axis} of a rank-{rank} score")));
+    }
+    for (ii, instr) in body.iter().enumerate() {
+        if c.skipped(ii) || ii == m2 {
+            continue;
+        }
+        for v in &instr.inputs {
+            if let Some(j) = producer(*v).filter(|&j| c.skipped(j)) {
+                return Err(no(&format!(
+                    "node '{}' reads '{}', an intermediate of the chain",
+                    instr.node, body[j].node
+                )));
+            }
+        }
+    }
+    for prm in &k.params {
+        if producer(prm.value).is_some_and(|j| c.skipped(j)) {
+            return Err(no(&format!("value {} of the chain is a kernel parameter", prm.value)));
+        }
+    }
+    Ok(c)
+}
+
+/// Numpy broadcast of two batch shapes, `None` when they do not broadcast.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    (0..n)
+        .map(|i| {
+            let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+            let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+            match (x, y) {
+                _ if x == y => Some(x),
+                (1, _) => Some(y),
+                (_, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Whether `from` broadcasts into `to` (numpy rules, `to` unchanged).
+fn broadcasts_into(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len() && from.iter().rev().zip(to.iter().rev()).all(|(&f, &t)| f == 1 || f == t)
+}
+
+/// The chain's output (the second MatMul's value, shape `[batch.., sq, dv]`) at linear index `idx`, emitted into
+/// `e` as a C variable name (module docs for the algorithm and numerics).
+pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult<String> {
+    let k = e.kernel();
+    let body = &k.body;
+    let no = |what: String| unsupported(k, format!("attention kernel: {what}"));
+    let m1 = &body[c.m1];
+    let (&qv, &kv) = match (m1.inputs.first(), m1.inputs.get(1)) {
+        (Some(q), Some(kt)) => (q, kt),
+        _ => return Err(no(format!("node '{}' lacks an operand", m1.node))),
+    };
+    let m2 = &body[c.m2];
+    let (Some(&vv), Some(&ov)) = (m2.inputs.get(1), m2.outputs.first()) else {
+        return Err(no(format!("node '{}' lacks an operand", m2.node)));
+    };
+    // The scores as the scale reads them, then the scale's other operand, then the mask's (exec-sim's walk).
+    let mut score_v = match c.cast_scores {
+        Some(j) => *body[j].outputs.first().ok_or_else(|| no("Cast without output".into()))?,
+        None => *m1.outputs.first().ok_or_else(|| no("MatMul without output".into()))?,
+    };
+    let mut scale = None;
+    if let Some(j) = c.scale {
+        let ins = &body[j].inputs;
+        let other = *ins.get(usize::from(ins.first() == Some(&score_v))).ok_or_else(|| no("scale operand".into()))?;
+        scale = Some((other, matches!(body[j].op, Op::Div)));
+        score_v = *body[j].outputs.first().ok_or_else(|| no("scale without output".into()))?;
+    }
+    let mask = match c.mask {
+        Some(j) => {
+            let ins = &body[j].inputs;
+            let (a, b) = (ins.first().copied(), ins.get(1).copied());
+            Some(if a == Some(score_v) { b } else { a }.ok_or_else(|| no("mask operand".into()))?)
+        }
+        None => None,
+    };
+    let (q, kt, v, o) = (value_checked(k, qv)?, value_checked(k, kv)?, value_checked(k, vv)?, value_checked(k, ov)?);
+    let (qd, kd, vd, od) = (q.shape.dims(), kt.shape.dims(), v.shape.dims(), o.shape.dims());
+    if qd.len() < 2 || kd.len() < 2 || vd.len() < 2 {
+        return Err(no(format!("operands of rank < 2: Q {}, K^T {}, V {}", q.shape, kt.shape, v.shape)));
+    }
+    let (sq, dk) = (qd[qd.len() - 2], qd[qd.len() - 1]);
+    let sk = kd[kd.len() - 1];
+    let dv = vd[vd.len() - 1];
+    let shapes = || format!("Q {}, K^T {}, V {}, output {}", q.shape, kt.shape, v.shape, o.shape);
+    if kd[kd.len() - 2] != dk || vd[vd.len() - 2] != sk {
+        return Err(no(format!("shapes do not chain: {}", shapes())));
+    }
+    let batch = broadcast(&qd[..qd.len() - 2], &kd[..kd.len() - 2])
+        .ok_or_else(|| no(format!("Q and K^T batches do not broadcast: {}", shapes())))?;
+    let full = |tail: [usize; 2]| -> Vec<usize> { batch.iter().copied().chain(tail).collect() };
+    if od != full([sq, dv]).as_slice() || !broadcasts_into(vd, &full([sk, dv])) {
+        return Err(no(format!("the output is not [batch, sq, dv]: {}", shapes())));
+    }
+    for dt in [q.dtype, kt.dtype, v.dtype, o.dtype] {
+        if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(no(format!("{dt} operands")));
+        }
+    }
+    let mask = match mask {
+        Some(mv) => {
+            let m = value_checked(k, mv)?;
+            if !m.dtype.is_float() || !broadcasts_into(m.shape.dims(), &full([sq, sk])) {
+                return Err(no(format!("mask {} {} for scores {:?}", m.dtype, m.shape, full([sq, sk]))));
+            }
+            Some((mv, m.shape.dims().to_vec()))
+        }
+        None => None,
+    };
+    // The scale: loop-invariant, one load before the loops.
+    let scale = match scale {
+        Some((sv, div)) => {
+            let s = value_checked(k, sv)?;
+            if !s.dtype.is_float() || s.shape.numel() != Some(1) {
+                return Err(no(format!("scale {} {} is not a float scalar", s.dtype, s.shape)));
+            }
+            Some((e.at(sv, "0LL")?, div))
+        }
+        None => None,
+    };
+    let (qs, ks, vs, qfull, kfull, vfull) =
+        (qd.to_vec(), kd.to_vec(), vd.to_vec(), full([sq, dk]), full([dk, sk]), full([sk, dv]));
+    let b = e.def("long long", "t", &format!("{idx} / {}LL", (sq * dv).max(1)));
+    let i = e.def("long long", "t", &format!("({idx} / {}LL) % {}LL", dv.max(1), sq.max(1)));
+    let d = e.def("long long", "t", &format!("{idx} % {}LL", dv.max(1)));
+    let neg_inf = "-__int_as_float(0x7f800000)";
+    let (m, l, acc) = (e.fresh("m"), e.fresh("l"), e.fresh("acc"));
+    e.line(&format!("float {m} = {neg_inf}, {l} = 0.0f, {acc} = 0.0f;"));
+    let j0 = e.fresh("j");
+    e.open(&format!("for (long long {j0} = 0; {j0} < {sk}LL; {j0} += {TILE}LL)"));
+    let (cols, s, tmax) = (e.fresh("n"), e.fresh("s"), e.fresh("m"));
+    e.line(&format!("const long long {cols} = min({TILE}LL, {sk}LL - {j0});"));
+    e.line(&format!("float {s}[{TILE}];"));
+    e.line(&format!("float {tmax} = {neg_inf};"));
+    // The tile's scores.
+    let jj = e.fresh("j");
+    e.open(&format!("for (long long {jj} = 0; {jj} < {cols}; ++{jj})"));
+    let j = e.def("long long", "t", &format!("{j0} + {jj}"));
+    let dot = e.fresh("dot");
+    e.line(&format!("float {dot} = 0.0f;"));
+    let kk = e.fresh("k");
+    e.open(&format!("for (long long {kk} = 0; {kk} < {dk}LL; ++{kk})"));
+    let qi = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {dk}LL + {kk}"));
+    let qi = e.broadcast_index(&qi, &qfull, &qs);
+    let ki = e.def("long long", "t", &format!("({b} * {dk}LL + {kk}) * {sk}LL + {j}"));
+    let ki = e.broadcast_index(&ki, &kfull, &ks);
+    let qx = e.at(qv, &qi)?;
+    let kx = e.at(kv, &ki)?;
+    e.line(&format!("{dot} += {qx} * {kx};"));
+    e.close();
+    if let Some((sc, div)) = &scale {
+        let op = if *div { '/' } else { '*' };
+        e.line(&format!("{dot} = {dot} {op} {sc};"));
+    }
+    if let Some((mv, mshape)) = &mask {
+        let mi = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {sk}LL + {j}"));
+        let mi = e.broadcast_index(&mi, &full([sq, sk]), mshape);
+        let mx = e.at(*mv, &mi)?;
+        e.line(&format!("{dot} = {dot} + {mx};"));
+    }
+    e.line(&format!("{s}[{jj}] = {dot};"));
+    e.line(&format!("if ({dot} > {tmax} || {dot} != {dot}) {tmax} = {dot};"));
+    e.close();
+    // Rescale, then accumulate the tile.
+    let mnew = e.fresh("m");
+    e.line(&format!(
+        "const float {mnew} = ({m} != {m} || {tmax} != {tmax}) ? __int_as_float(0x7fc00000) : fmaxf({m}, {tmax});"
+    ));
+    e.line(&format!("if ({mnew} == {neg_inf}) continue;"));
+    let corr = e.fresh("c");
+    e.line(&format!("const float {corr} = {m} == {neg_inf} ? 0.0f : expf({m} - {mnew});"));
+    e.line(&format!("{l} *= {corr};"));
+    e.line(&format!("{acc} *= {corr};"));
+    let jj = e.fresh("j");
+    e.open(&format!("for (long long {jj} = 0; {jj} < {cols}; ++{jj})"));
+    let p = e.def("float", "p", &format!("expf({s}[{jj}] - {mnew})"));
+    e.line(&format!("{l} += {p};"));
+    let vi = e.def("long long", "t", &format!("({b} * {sk}LL + {j0} + {jj}) * {dv}LL + {d}"));
+    let vi = e.broadcast_index(&vi, &vfull, &vs);
+    let vx = e.at(vv, &vi)?;
+    e.line(&format!("{acc} += {p} * {vx};"));
+    e.close();
+    e.line(&format!("{m} = {mnew};"));
+    e.close();
+    // One rounding, to the output's dtype, on the store.
+    Ok(e.def("float", "v", &emit::round(&format!("{acc} / {l}"), o.dtype)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_broadcasting() {
+        assert_eq!(broadcast(&[2, 1, 3], &[4, 1]), Some(vec![2, 4, 3]));
+        assert_eq!(broadcast(&[], &[2, 3]), Some(vec![2, 3]));
+        assert_eq!(broadcast(&[2], &[3]), None);
+        assert!(broadcasts_into(&[1, 1, 1, 70], &[1, 2, 70, 70]));
+        assert!(broadcasts_into(&[70, 70], &[1, 2, 70, 70]));
+        assert!(!broadcasts_into(&[2, 70], &[1, 2, 70, 70]));
+        assert!(!broadcasts_into(&[1, 1, 2, 70, 70], &[2, 70, 70]));
+    }
+}
