@@ -175,3 +175,39 @@ fn selections_need_the_caps_and_a_constant_index_and_are_not_combined() {
         .iter()
         .any(|d| d.rejected == Some(RejectReason::CapsExceeded) && d.detail == "caps.select_epilogue is off"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Random packed-projection blocks: head counts, lengths across the attention tile, head sizes, the way the
+    /// parts are picked. Every plan obeys the rules (the checker restates them), verifies, and agrees with the
+    /// reference plan; constant picks always put the three parts in the projection kernel.
+    #[test]
+    fn random_packed_projections_fuse_by_the_rules(
+        heads in 1usize..4,
+        seq in 1usize..80,
+        d in 1usize..9,
+        pick in 0usize..4,
+        seed in 0u64..1000,
+    ) {
+        let pick = [Pick::Constant, Pick::Scaled, Pick::Combined, Pick::InputIndex][pick];
+        let g = vit_block(heads, seq, d, pick);
+        let p = fuse(&g, &FusionOptions::default());
+        check(&g, &p, &FusionCaps::all());
+        let first = &names(&g, &p)[0];
+        if matches!(pick, Pick::Constant | Pick::Scaled) {
+            for part in ["q", "k", "v", "k_t"] {
+                proptest::prop_assert!(first.iter().any(|n| n == part), "{part} not in {first:?}");
+            }
+        }
+        let mut inputs = TensorMap::new();
+        if pick == Pick::InputIndex {
+            inputs.insert("which".into(), graph_plan::HostTensor {
+                dtype: DType::I64,
+                shape: graph_ir::Shape::new(Vec::<usize>::new()),
+                data: (seed as i64 % 3).to_le_bytes().to_vec(),
+            });
+        }
+        agrees(&g, &inputs, seed);
+    }
+}
