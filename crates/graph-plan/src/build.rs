@@ -188,7 +188,9 @@ impl PlanOptions {
 
     /// The target these options plan for: the one place the stream limit and the device are read.
     pub fn target(&self) -> Target {
-        Target::new(self.max_streams, self.device.clone()).with_effort(self.effort)
+        Target::new(self.max_streams, self.device.clone())
+            .with_effort(self.effort)
+            .with_alignment(self.memory.alignment)
     }
 
     /// Check the options, naming the field at fault.

@@ -124,6 +124,8 @@ pub fn fusion_caps() -> FusionCaps {
         layout_epilogue: false,
         // No FlashAttention generator yet: attention chains stay a GEMM, a row kernel and a GEMM.
         attention: false,
+        // Producers write into their slice of an eliminated Concat's output: only buffer offsets.
+        concat_elimination: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
