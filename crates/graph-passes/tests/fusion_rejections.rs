@@ -273,7 +273,8 @@ fn every_reason_has_a_code() {
             "ConcatFused",
             "ConcatInput",
             "ConcatLayout",
-            "ConcatOutput"
+            "ConcatOutput",
+            "ConcatMemory"
         ]
     );
 }
@@ -361,10 +362,11 @@ fn concat_of_a_graph_input_is_refused() {
     let p = fuse(&g, &FusionOptions::default());
     check(&g, &p, &FusionCaps::all());
     assert_eq!(p.stats.concats_eliminated, 0);
-    // Refused before the phases, so the Concat was free to fuse (with `a` and `neg`): no launch of its own,
-    // nothing to report.
-    assert!(concat_verdict(&p, "cat").is_none());
-    // Where it stays a kernel of its own (a MatMul consumer takes no prologue), the reason shows.
+    // Refused before the phases, so the Concat was free to fuse (with `a` and `neg` into one loop kernel); the
+    // reason shows all the same.
+    assert_eq!(names(&g, &p), vec![vec!["a", "cat", "neg"]]);
+    assert_eq!(concat_verdict(&p, "cat").and_then(|d| d.rejected), Some(RejectReason::ConcatInput));
+    // Where it stays a kernel of its own (a MatMul consumer takes no prologue).
     let mut g = ComputeGraph::new("cat_in_mm");
     let x = g.add_input("x", F, [1, 64]).unwrap();
     let w = g.add_weight("w", F, [128, 8]).unwrap();

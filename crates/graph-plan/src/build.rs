@@ -307,7 +307,41 @@ fn fuse(
 ) -> PlanResult<Front> {
     let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &topo, &opts.fusion, target));
     crate::pass_checks::after_fusion(graph, &fusion)?;
-    Front::with_fusion(graph, topo, fusion, clock)
+    let mut front = Front::with_fusion(graph, topo, fusion, clock)?;
+    if front.fusion.stats.concats_eliminated == 0 {
+        return Ok(front);
+    }
+    // An eliminated Concat's output lives from its first producer: keep the eliminations only when the memory
+    // pass confirms the bound does not rise (DESIGN.md 5's figure, for this order).
+    // (A pool over the limit with them counts as a rise: the plan without them reports its own error, if any.)
+    let with = front.plan_memory(graph, opts, target, clock).map_or(u64::MAX, |m| m.lower_bound_bytes);
+    let mut off = opts.fusion.clone();
+    off.caps.concat_elimination = false;
+    let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &front.topo, &off, target));
+    crate::pass_checks::after_fusion(graph, &fusion)?;
+    let mut alt = Front::with_fusion(graph, front.topo.clone(), fusion, clock)?;
+    let without = alt.plan_memory(graph, opts, target, clock)?.lower_bound_bytes;
+    if with <= without {
+        return Ok(front);
+    }
+    tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
+    for (n, node) in graph.nodes() {
+        if front.fusion.is_eliminated(graph, n) {
+            alt.fusion.decisions.push(fusion::FusionDecision {
+                producer: node.name.clone(),
+                consumer: node.name.clone(),
+                rejected: Some(fusion::RejectReason::ConcatMemory),
+                phase: fusion::FusionPhase::Concat,
+                tensor: String::new(),
+                score: 0,
+                detail: format!(
+                    "eliminating the plan's {} Concats would raise lower_bound_bytes from {without} to {with}",
+                    front.fusion.stats.concats_eliminated
+                ),
+            });
+        }
+    }
+    Ok(alt)
 }
 
 impl Front {

@@ -2,8 +2,8 @@
 //! as a kernel of its own becomes a no-launch alias, as a view is: each input tensor is placed at a byte offset
 //! inside the Concat output's allocation, so its producer writes straight into its slice.
 //!
-//! A Concat is eliminated when all of these hold (otherwise it keeps its kernel and, unless it shares a kernel
-//! with other ops and so costs no launch of its own, gets a decision with the reason, phase `concat`):
+//! A Concat is eliminated when all of these hold (otherwise it stays in a kernel, alone or fused into a loop
+//! kernel, and gets a decision with the reason, phase `concat`):
 //! - it is alone in its group: the conditions below are decided before the fusion phases ([`Candidates`]) and
 //!   the phases never merge an eligible Concat's group (`Why::ConcatPinned`), so its producers' epilogues stay
 //!   with their producers (a Relu goes to its Conv's epilogue instead of into the Concat's loop kernel);
@@ -13,10 +13,16 @@
 //! - **inputs** (`ConcatInput`): at least two; each an intermediate (not a graph input, weight, constant or
 //!   output) written by a kernel (not by a view, a copy, a custom kernel or another eliminated Concat), appearing
 //!   once in this Concat and in no other eliminated Concat (a tensor has one place), with no view of it being a
-//!   graph output. Other readers of an input are fine: they read the slice;
+//!   graph output. Other readers of an input are fine (they read the slice) as long as they come, in the
+//!   topological order, before the output's last reader: the slot's bytes are the output's and live as long;
 //! - **output** (`ConcatOutput`): an intermediate that is read, whose alias family (views of it) holds no graph
 //!   output (io placements are fixed by plan sets), and that is not itself a slot of an eliminated Concat (no
 //!   nesting: one level of offsets).
+//!
+//! **Memory.** The output's buffer lives from its first producer's launch to its last reader's: during the
+//! producers' window it holds bytes that separate slots would only take later. The pipeline driver keeps the
+//! eliminations only when the memory pass confirms that `lower_bound_bytes` does not rise (graph-plan
+//! `build.rs`), else it plans without them and records `ConcatMemory` on each such Concat.
 //!
 //! What the later passes see: the Concat is in no group (as a view outside groups); [`FusionPlan::concat_slots`]
 //! maps each input to the output and its byte offset. The group graph roots a slot (and views of it) at the
@@ -68,7 +74,7 @@ impl Candidates {
             if !matches!(graph.node(n).op, Op::Concat { .. }) {
                 continue;
             }
-            match check(graph, &taken, n, a) {
+            match check(graph, order, &taken, n, a) {
                 Ok(p) => {
                     for &(t, _) in &p {
                         taken.insert(t, ());
@@ -110,10 +116,7 @@ pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Can
                     refused.push((n, (RejectReason::ConcatFused, None, why)));
                 }
             } else if let Some(r) = cands.refused.get(n) {
-                // A Concat fused with other ops costs no launch of its own: nothing to report.
-                if g.nodes.len() == 1 {
-                    refused.push((n, r.clone()));
-                }
+                refused.push((n, r.clone()));
             }
         }
     }
@@ -155,6 +158,7 @@ pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Can
 /// already have a slot.
 fn check(
     graph: &ComputeGraph,
+    order: &TopoOrder,
     taken: &SecondaryMap<TensorId, ()>,
     n: NodeId,
     a: u64,
@@ -187,6 +191,9 @@ fn check(
             format!("dim {i} before axis {ax} has extent {d}: each input's slice is strided, not one byte range"),
         ));
     }
+    // Position (in `order`) of the output's last reader: a slot read later would keep the whole output live.
+    let pos = |r: NodeId| order.position.get(r).copied().unwrap_or(0);
+    let last_read = family_readers(graph, o).into_iter().map(pos).max().unwrap_or(0);
     let mut placed = Vec::with_capacity(node.inputs.len());
     let mut offset = 0u64;
     for (k, &t) in node.inputs.iter().enumerate() {
@@ -214,6 +221,13 @@ fn check(
         if family_has_output(graph, t) {
             return bad(format!("a view of input '{}' is a graph output", tensor.name));
         }
+        if let Some(r) = family_readers(graph, t).into_iter().find(|&r| r != n && pos(r) > last_read) {
+            return bad(format!(
+                "input '{}' is read by '{}' after the output's last reader (the whole output would stay live)",
+                tensor.name,
+                graph.node(r).name
+            ));
+        }
         if offset % a != 0 {
             return Err((
                 RejectReason::ConcatLayout,
@@ -228,6 +242,23 @@ fn check(
         return Err((RejectReason::ConcatLayout, None, "the slices do not add up to the output".into()));
     }
     Ok(placed)
+}
+
+/// The non-view nodes that read `t` or a view of it.
+fn family_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![t];
+    while let Some(x) = stack.pop() {
+        for &c in graph.consumers(x) {
+            let node = graph.node(c);
+            if node.op.is_view() {
+                stack.extend(node.outputs.iter().copied());
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
 }
 
 /// True when `t` or a view of it (transitively) is a graph output.

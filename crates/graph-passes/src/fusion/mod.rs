@@ -318,11 +318,14 @@ pub enum RejectReason {
     ConcatLayout,
     /// Concat elimination: the output is (or aliases) a graph output, is never read, or is itself a slot.
     ConcatOutput,
+    /// Concat elimination: the memory pass found that eliminating would raise `lower_bound_bytes` (the output's
+    /// buffer lives from its first producer).
+    ConcatMemory,
 }
 
 impl RejectReason {
     /// Every reason, in a stable order.
-    pub const ALL: [RejectReason; 15] = [
+    pub const ALL: [RejectReason; 16] = [
         RejectReason::Disabled,
         RejectReason::WouldCycle,
         RejectReason::MultiConsumer,
@@ -338,6 +341,7 @@ impl RejectReason {
         RejectReason::ConcatInput,
         RejectReason::ConcatLayout,
         RejectReason::ConcatOutput,
+        RejectReason::ConcatMemory,
     ];
 
     /// The reason's code, as `explain` prints it.
@@ -358,6 +362,7 @@ impl RejectReason {
             RejectReason::ConcatInput => "ConcatInput",
             RejectReason::ConcatLayout => "ConcatLayout",
             RejectReason::ConcatOutput => "ConcatOutput",
+            RejectReason::ConcatMemory => "ConcatMemory",
         }
     }
 }

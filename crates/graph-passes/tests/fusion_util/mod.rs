@@ -450,7 +450,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 9]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 10]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -460,6 +460,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         injective_fusion: b[6],
         layout_epilogue: b[7],
         attention: b[8],
+        concat_elimination: b[9],
         max_inputs,
         max_ops,
     })
