@@ -127,7 +127,12 @@ impl FusionPlan {
             for d in &r.rejected {
                 let code = d.rejected.map_or("", |x| x.code());
                 let arrow = if d.phase == super::FusionPhase::Horizontal { "<->" } else { "->" };
-                let _ = write!(s, "  {} {arrow} {} [{code}] ({}", d.producer, d.consumer, d.phase.name());
+                if d.producer == d.consumer {
+                    // A verdict on one node (a Concat kept as a kernel), not an edge.
+                    let _ = write!(s, "  {} [{code}] ({}", d.consumer, d.phase.name());
+                } else {
+                    let _ = write!(s, "  {} {arrow} {} [{code}] ({}", d.producer, d.consumer, d.phase.name());
+                }
                 if !d.tensor.is_empty() {
                     let _ = write!(s, ", via {}", d.tensor);
                 }
