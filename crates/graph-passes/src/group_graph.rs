@@ -8,8 +8,7 @@
 //! - **data edges** between groups: `p -> g` when `g` reads a tensor `p` writes (deduplicated, ascending;
 //!   `p < g` because group order is topological), with successors and each group's longest-path depth;
 //! - **readers** of each alias group: the groups that read any member, ascending. With a group's position
-//!   this gives launch-level lifetimes ([`GroupGraph::lifetime`]).
-//!
+//!   this gives launch-level lifetimes ([`GroupGraph::lifetime`]);
 //! - **slots** of eliminated Concats ([`FusionPlan::concat_slots`]): a slot (and every view of it) is rooted at
 //!   the Concat's output with a byte offset ([`GroupGraph::offset`]); the output's alias family then has several
 //!   writer groups ([`GroupGraph::writers`]: every slot's producer). A group reading the whole output (the
