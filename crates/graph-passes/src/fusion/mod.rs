@@ -461,7 +461,7 @@ pub struct FusionPlan {
     pub stats: FusionStats,
     /// The inputs of eliminated Concats (which are in no group): each lives at a byte offset of its Concat's
     /// output (`fusion/concat.rs`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "SecondaryMap::is_empty")]
     pub concat_slots: SecondaryMap<TensorId, ConcatSlot>,
 }
 
