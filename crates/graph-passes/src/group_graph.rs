@@ -8,7 +8,12 @@
 //! - **data edges** between groups: `p -> g` when `g` reads a tensor `p` writes (deduplicated, ascending;
 //!   `p < g` because group order is topological), with successors and each group's longest-path depth;
 //! - **readers** of each alias group: the groups that read any member, ascending. With a group's position
-//!   this gives launch-level lifetimes ([`GroupGraph::lifetime`]).
+//!   this gives launch-level lifetimes ([`GroupGraph::lifetime`]);
+//! - **slots** of eliminated Concats ([`FusionPlan::concat_slots`]): a slot (and every view of it) is rooted at
+//!   the Concat's output with a byte offset ([`GroupGraph::offset`]); the output's alias family then has several
+//!   writer groups ([`GroupGraph::writers`]: every slot's producer). A group reading the whole output (the
+//!   output or a view of it) depends on all of them; a group reading one slot depends on its producer alone.
+//!   The family's lifetime starts at its first writer.
 //!
 //! Building it is O(N + E); every query is O(1) or a slice.
 
@@ -60,7 +65,11 @@ fn succs_and_depth(preds: &[Vec<GroupId>]) -> (Vec<Vec<GroupId>>, Vec<u32>) {
 #[derive(Clone, Debug, Default)]
 pub struct GroupGraph {
     root: SecondaryMap<TensorId, TensorId>,
+    /// Byte offset of each tensor inside its root (absent: 0); only slots of eliminated Concats and their views.
+    offset: SecondaryMap<TensorId, u64>,
     writer: SecondaryMap<TensorId, GroupId>,
+    /// Every writer group (ascending) of the roots written by more than one group: eliminated Concat outputs.
+    multi: SecondaryMap<TensorId, Vec<GroupId>>,
     preds: Vec<Vec<GroupId>>,
     succs: Vec<Vec<GroupId>>,
     depth: Vec<u32>,
@@ -70,10 +79,45 @@ pub struct GroupGraph {
 impl GroupGraph {
     /// The group graph of `fusion` (made for `order`) over `graph`.
     pub fn new(graph: &ComputeGraph, order: &TopoOrder, fusion: &FusionPlan) -> GroupGraph {
-        let root = alias_roots(graph, order);
+        let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+        let mut offset: SecondaryMap<TensorId, u64> = SecondaryMap::new();
+        // Tensors that are (views of) a slot: they read one writer's bytes, not the whole family's.
+        let mut part: SecondaryMap<TensorId, ()> = SecondaryMap::new();
+        for (t, _) in graph.tensors() {
+            root.insert(t, t);
+        }
+        // Slots first: the views of a slot come before its Concat in topological order.
+        for (t, s) in &fusion.concat_slots {
+            root.insert(t, s.output);
+            offset.insert(t, s.offset);
+            part.insert(t, ());
+        }
         let mut writer: SecondaryMap<TensorId, GroupId> = SecondaryMap::with_capacity(graph.num_tensors());
+        let mut multi: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
         for &n in &order.order {
             let node = graph.node(n);
+            if fusion.is_eliminated(graph, n) {
+                let mut ws: Vec<GroupId> = node.inputs.iter().filter_map(|&i| writer.get(i)).copied().collect();
+                ws.sort_unstable();
+                ws.dedup();
+                if let (Some(&o), Some(&first)) = (node.outputs.first(), ws.first()) {
+                    writer.insert(o, first);
+                    multi.insert(o, ws);
+                }
+                continue;
+            }
+            if node.op.is_view() {
+                if let (Some(&i), Some(&o)) = (node.inputs.first(), node.outputs.first()) {
+                    let r = root[i];
+                    root.insert(o, r);
+                    if let Some(&off) = offset.get(i) {
+                        offset.insert(o, off);
+                    }
+                    if part.contains_key(i) {
+                        part.insert(o, ());
+                    }
+                }
+            }
             let w = match fusion.group_of.get(n) {
                 Some(&g) => Some(g),
                 // A view outside groups: its bytes are its input's, written by the input's writer.
@@ -89,7 +133,14 @@ impl GroupGraph {
         let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); ng];
         for (gi, g) in fusion.groups.iter().enumerate() {
             let ps = &mut preds[gi];
-            ps.extend(g.inputs.iter().filter_map(|&t| writer.get(t)).filter(|p| p.index() != gi));
+            for &t in &g.inputs {
+                // The whole of a multi-writer family: every writer; a slot or a plain tensor: its writer.
+                match multi.get(root[t]).filter(|_| !part.contains_key(t)) {
+                    Some(ws) => ps.extend(ws.iter().copied()),
+                    None => ps.extend(writer.get(t).copied()),
+                }
+            }
+            ps.retain(|p| p.index() != gi);
             ps.sort_unstable();
             ps.dedup();
         }
@@ -109,7 +160,7 @@ impl GroupGraph {
             rs.sort_unstable();
             rs.dedup();
         }
-        GroupGraph { root, writer, preds, succs, depth, readers }
+        GroupGraph { root, offset, writer, multi, preds, succs, depth, readers }
     }
 
     /// A group graph with these data predecessor lists and no tensors (each predecessor below its successor),
@@ -139,9 +190,24 @@ impl GroupGraph {
         &self.root
     }
 
-    /// The group whose launch writes `t`'s bytes (`None` for sources and what only views of sources make).
+    /// Byte offset of `t` inside its alias root's bytes: 0 but for slots of eliminated Concats and their views.
+    pub fn offset(&self, t: TensorId) -> u64 {
+        self.offset.get(t).copied().unwrap_or(0)
+    }
+
+    /// The group whose launch writes `t`'s bytes (`None` for sources and what only views of sources make); for
+    /// an eliminated Concat's output, the first of its [`writers`](Self::writers).
     pub fn writer(&self, t: TensorId) -> Option<GroupId> {
         self.writer.get(t).copied()
+    }
+
+    /// Every group that writes part of the alias family rooted at `root`, ascending: one (its writer), several
+    /// for an eliminated Concat's output (each slot's producer), none for sources.
+    pub fn writers(&self, root: TensorId) -> &[GroupId] {
+        match self.multi.get(root) {
+            Some(ws) => ws,
+            None => self.writer.get(root).map_or(&[], std::slice::from_ref),
+        }
     }
 
     /// Data predecessors of `g` (ascending, without `g`).
@@ -188,11 +254,10 @@ impl GroupGraph {
     }
 
     /// The launch-level lifetime of the alias group rooted at `root` when group `g` runs at step `pos[g]`: from
-    /// its writer's step to one past its last reader's (its writer's step alone when nobody reads it). `None`
-    /// for a group no launch writes.
+    /// its (first) writer's step to one past its last reader's (its writer's step alone when nobody reads it).
+    /// `None` for a group no launch writes.
     pub fn lifetime(&self, root: TensorId, pos: &[u32]) -> Option<Interval> {
-        let w = self.writer(root)?;
-        let start = pos.get(w.index()).copied()?;
+        let start = self.writers(root).iter().filter_map(|w| pos.get(w.index()).copied()).min()?;
         let last = self.readers(root).iter().filter_map(|g| pos.get(g.index()).copied()).max().unwrap_or(start);
         Some(Interval::new(start, last.max(start) + 1))
     }

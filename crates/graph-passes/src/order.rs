@@ -662,7 +662,13 @@ pub fn reorder_groups(
         }
     }
     let topo = TopoOrder::from_order(graph, nodes).ok()?;
-    let plan = FusionPlan { groups, group_of, decisions: fusion.decisions.clone(), stats: fusion.stats.clone() };
+    let plan = FusionPlan {
+        groups,
+        group_of,
+        decisions: fusion.decisions.clone(),
+        stats: fusion.stats.clone(),
+        concat_slots: fusion.concat_slots.clone(),
+    };
     // Group order must stay topological for the later passes.
     let dag = GroupGraph::new(graph, &topo, &plan);
     if dag.all_preds().iter().enumerate().any(|(g, ps)| ps.iter().any(|p| p.index() >= g)) {

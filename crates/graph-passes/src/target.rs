@@ -81,12 +81,28 @@ pub struct Target {
     /// How much search the passes may spend.
     #[serde(default)]
     pub effort: Effort,
+    /// Offset alignment of the plan's buffers (a power of two): concat elimination places slices only at
+    /// multiples of it.
+    #[serde(default = "default_alignment")]
+    pub alignment: u64,
 }
+
+fn default_alignment() -> u64 {
+    DEFAULT_ALIGNMENT
+}
+
+/// The default offset alignment (bytes), as `MemoryOptions` defaults it.
+pub const DEFAULT_ALIGNMENT: u64 = 256;
 
 impl Target {
     /// `streams` streams on `device`, at the default effort.
     pub fn new(streams: usize, device: DeviceProfile) -> Target {
-        Target { streams, device, effort: Effort::Default }
+        Target { streams, device, effort: Effort::Default, alignment: DEFAULT_ALIGNMENT }
+    }
+
+    /// The same target with buffers aligned to `alignment` bytes.
+    pub fn with_alignment(self, alignment: u64) -> Target {
+        Target { alignment, ..self }
     }
 
     /// The same target at `effort`.

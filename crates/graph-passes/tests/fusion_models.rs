@@ -38,7 +38,7 @@ fn measure(g: &ComputeGraph, streams: usize) -> (usize, usize, u64, u64) {
 fn shared_models_beat_onnxruntime_launch_counts() {
     let dir = models_dir();
     // (model, launches we reach, onnxruntime ENABLE_ALL node count)
-    let expect = [("resnet50", 56, 58), ("mobilenet_v2", 54, 56), ("googlenet", 81, 82), ("bert_base", 115, 449)];
+    let expect = [("resnet50", 56, 58), ("mobilenet_v2", 54, 56), ("googlenet", 72, 82), ("bert_base", 115, 449)];
     for (name, ours, ort) in expect {
         let m = graph_onnx::import_file(dir.join(format!("{name}.onnx")), &graph_onnx::ImportOptions::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -89,6 +89,9 @@ fn synth_family_launch_counts() {
         (synth::transformer(2, 64, 4, 16, 1).unwrap(), 2 * 9),
         // Stem, two convs per block (conv+bn+relu; conv+bn+add+relu), the pool, the classifier.
         (synth::resnet_like(3, 16, 16).unwrap(), 1 + 3 * 2 + 2),
+        // Stem; per module the pool branch (pool, projection), three conv branches and the Concat (the fusion
+        // pass eliminates it, but the pipeline keeps its kernel: eliminating would raise the memory bound,
+        // `ConcatMemory`); the pool and the classifier.
         (synth::inception_like(2, 4).unwrap(), 1 + 2 * (1 + 1 + 2 + 3 + 4 + 1) + 2),
     ];
     for (g, want) in &cases {

@@ -269,7 +269,132 @@ fn every_reason_has_a_code() {
             "Pattern",
             "LosesConcurrency",
             "CycleCheckBudget",
-            "NotSmall"
+            "NotSmall",
+            "ConcatFused",
+            "ConcatInput",
+            "ConcatLayout",
+            "ConcatOutput",
+            "ConcatMemory"
         ]
     );
+}
+
+/// `x [n,c,h,w]` -> two 1x1 conv+relu branches of `ca` and `cb` channels -> Concat(axis 1) -> Neg -> output.
+fn concat_of_convs(n: usize, ca: usize, cb: usize, hw: usize) -> ComputeGraph {
+    let mut g = ComputeGraph::new("cat2");
+    let x = g.add_input("x", F, [n, 4, hw, hw]).unwrap();
+    let mut outs = Vec::new();
+    for (name, c) in [("a", ca), ("b", cb)] {
+        let w = g.add_weight(&format!("{name}.w"), F, [c, 4, 1, 1]).unwrap();
+        let conv = n1(&mut g, &format!("{name}.conv"), Op::Conv(ConvAttrs::default()), &[x, w]);
+        outs.push(n1(&mut g, &format!("{name}.relu"), Op::Relu, &[conv]));
+    }
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
+    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
+    g.mark_output(y).unwrap();
+    g
+}
+
+/// The `concat` decision on Concat `cat`, if any.
+fn concat_verdict<'p>(
+    p: &'p graph_passes::fusion::FusionPlan,
+    cat: &str,
+) -> Option<&'p graph_passes::fusion::FusionDecision> {
+    p.decisions.iter().find(|d| d.phase == FusionPhase::Concat && d.consumer == cat)
+}
+
+#[test]
+fn concat_of_two_conv_producers_is_eliminated() {
+    // Batch 1, axis 1: each branch's result is one byte range of the output (4 x 8 x 8 f32 = 1024 bytes).
+    let g = concat_of_convs(1, 4, 8, 8);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    // The relus stay in their convs' epilogues; the Concat runs no kernel.
+    assert_eq!(names(&g, &p), vec![vec!["a.conv", "a.relu"], vec!["b.conv", "b.relu"], vec!["neg"]]);
+    assert_eq!(p.stats.concats_eliminated, 1);
+    let slot = |t: &str| {
+        let (id, _) = g.tensors().find(|(_, x)| x.name == t).unwrap();
+        p.concat_slots.get(id).map(|s| s.offset)
+    };
+    assert_eq!((slot("a.relu"), slot("b.relu")), (Some(0), Some(1024)));
+    assert!(concat_verdict(&p, "cat").is_none());
+    // Off in the caps: the Concat is a kernel again (the relus join it as a loop kernel), with no concat verdict.
+    let caps = FusionCaps { concat_elimination: false, ..FusionCaps::all() };
+    let off = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &off, &caps);
+    assert_eq!(off.stats.concats_eliminated, 0);
+    assert!(off.concat_slots.is_empty());
+    assert!(off.groups.iter().any(|gr| gr.nodes.iter().any(|&n| g.node(n).name == "cat")));
+}
+
+#[test]
+fn concat_with_a_strided_slice_is_refused() {
+    // Batch 2: each input's slice is two byte ranges of the output.
+    let g = concat_of_convs(2, 4, 4, 8);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(p.stats.concats_eliminated, 0);
+    let d = concat_verdict(&p, "cat").expect("a concat verdict");
+    assert_eq!(d.rejected, Some(RejectReason::ConcatLayout));
+    assert!(d.detail.contains("dim 0 before axis 1 has extent 2"), "{}", d.detail);
+}
+
+#[test]
+fn concat_with_an_unaligned_slice_is_refused() {
+    // 3 channels of 3 x 3 f32: the second slice would start at byte 108.
+    let g = concat_of_convs(1, 3, 4, 3);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let d = concat_verdict(&p, "cat").expect("a concat verdict");
+    assert_eq!(d.rejected, Some(RejectReason::ConcatLayout));
+    assert_eq!((d.producer.as_str(), d.tensor.as_str()), ("b.relu", "b.relu"));
+    assert!(d.detail.contains("byte 108"), "{}", d.detail);
+}
+
+#[test]
+fn concat_of_a_graph_input_is_refused() {
+    let mut g = ComputeGraph::new("cat_in");
+    let x = g.add_input("x", F, [1, 64]).unwrap();
+    let a = n1(&mut g, "a", Op::Exp, &[x]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &[a, x]);
+    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
+    g.mark_output(y).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(p.stats.concats_eliminated, 0);
+    // Refused before the phases, so the Concat was free to fuse (with `a` and `neg` into one loop kernel); the
+    // reason shows all the same.
+    assert_eq!(names(&g, &p), vec![vec!["a", "cat", "neg"]]);
+    assert_eq!(concat_verdict(&p, "cat").and_then(|d| d.rejected), Some(RejectReason::ConcatInput));
+    // Where it stays a kernel of its own (a MatMul consumer takes no prologue).
+    let mut g = ComputeGraph::new("cat_in_mm");
+    let x = g.add_input("x", F, [1, 64]).unwrap();
+    let w = g.add_weight("w", F, [128, 8]).unwrap();
+    let w0 = g.add_weight("w0", F, [64, 64]).unwrap();
+    let a = n1(&mut g, "a", Op::MatMul, &[x, w0]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &[a, x]);
+    let y = n1(&mut g, "mm", Op::MatMul, &[cat, w]);
+    g.mark_output(y).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let d = concat_verdict(&p, "cat").expect("a concat verdict");
+    assert_eq!(d.rejected, Some(RejectReason::ConcatInput));
+    assert_eq!(d.tensor, "x");
+    assert!(d.detail.contains("graph input"), "{}", d.detail);
+    assert!(p.explain(&g).contains("[ConcatInput] (concat, via x)"), "{}", p.explain(&g));
+}
+
+#[test]
+fn concat_whose_output_is_a_graph_output_is_refused() {
+    let mut g = ComputeGraph::new("cat_out");
+    let x = g.add_input("x", F, [1, 64]).unwrap();
+    let w = g.add_weight("w", F, [64, 64]).unwrap();
+    let a = n1(&mut g, "a", Op::MatMul, &[x, w]);
+    let b = n1(&mut g, "b", Op::MatMul, &[a, w]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &[a, b]);
+    g.mark_output(cat).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let d = concat_verdict(&p, "cat").expect("a concat verdict");
+    assert_eq!(d.rejected, Some(RejectReason::ConcatOutput));
 }

@@ -9,7 +9,9 @@
 //!   policy -> a rewritten graph (half storage, casts at the boundaries) that every later pass plans; the
 //!   pipeline result owns it ([`PipelineResult::graph`]);
 //! - **topo** (`graph_passes::topo`): graph -> a topological order of its nodes;
-//! - **fusion** (`graph_passes::fusion`): graph, order, target -> fused groups in execution order;
+//! - **fusion** (`graph_passes::fusion`): graph, order, target -> fused groups in execution order; when it
+//!   eliminated Concats (`FusionCaps::concat_elimination`), the memory pass runs with and without them and they
+//!   stay only when `lower_bound_bytes` does not rise (`settle_concats`, timed as fusion);
 //! - **groups** (`graph_passes::group_graph`): graph, order, fusion -> the facts every later pass shares (alias
 //!   roots, writer groups, data edges, readers);
 //! - **memory** (`graph_passes::memory`): graph, fusion, groups, target -> placements, pool, reuse edges;
@@ -188,7 +190,9 @@ impl PlanOptions {
 
     /// The target these options plan for: the one place the stream limit and the device are read.
     pub fn target(&self) -> Target {
-        Target::new(self.max_streams, self.device.clone()).with_effort(self.effort)
+        Target::new(self.max_streams, self.device.clone())
+            .with_effort(self.effort)
+            .with_alignment(self.memory.alignment)
     }
 
     /// Check the options, naming the field at fault.
@@ -272,6 +276,14 @@ impl PassClock {
         self.run_named(pass.name(), f)
     }
 
+    /// Add `ms` to `pass`'s time (work done off the clock on the pass's behalf).
+    fn add(&mut self, pass: Pass, ms: f64) {
+        match self.ms.iter_mut().find(|(n, _)| n == pass.name()) {
+            Some(e) => e.1 += ms,
+            None => self.ms.push((pass.name().to_string(), ms)),
+        }
+    }
+
     /// As `run`, for the precision transform (a rewrite before the passes, not a stop-after point).
     fn run_named<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
         let _span = tracing::info_span!("pass", name).entered();
@@ -305,7 +317,58 @@ fn fuse(
 ) -> PlanResult<Front> {
     let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &topo, &opts.fusion, target));
     crate::pass_checks::after_fusion(graph, &fusion)?;
+    let fusion = settle_concats(graph, &topo, fusion, opts, target, clock)?;
     Front::with_fusion(graph, topo, fusion, clock)
+}
+
+/// `fusion` when its Concat eliminations do not raise the memory bound (the memory pass decides), else the
+/// fusion plan without them, with a `ConcatMemory` decision on each such Concat. The check's passes run off the
+/// pass clock and count as fusion time: the caller plans groups and memory again for the plan it keeps.
+fn settle_concats(
+    graph: &ComputeGraph,
+    topo: &TopoOrder,
+    fusion: FusionPlan,
+    opts: &PlanOptions,
+    target: &Target,
+    clock: &mut PassClock,
+) -> PlanResult<FusionPlan> {
+    if fusion.stats.concats_eliminated == 0 {
+        return Ok(fusion);
+    }
+    let mut scratch = PassClock::default();
+    let t0 = Instant::now();
+    let mut front = Front::with_fusion(graph, topo.clone(), fusion, &mut scratch)?;
+    // (A pool over the limit with them counts as a rise: the plan without them reports its own error, if any.)
+    let with = front.plan_memory(graph, opts, target, &mut scratch).map_or(u64::MAX, |m| m.lower_bound_bytes);
+    let mut off = opts.fusion.clone();
+    off.caps.concat_elimination = false;
+    let alt_fusion = fusion::analyse_for(graph, topo, &off, target);
+    crate::pass_checks::after_fusion(graph, &alt_fusion)?;
+    let mut alt = Front::with_fusion(graph, topo.clone(), alt_fusion, &mut scratch)?;
+    let without = alt.plan_memory(graph, opts, target, &mut scratch)?.lower_bound_bytes;
+    clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
+    if with <= without {
+        return Ok(front.fusion);
+    }
+    tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
+    let mut fusion = alt.fusion;
+    for (n, node) in graph.nodes() {
+        if front.fusion.is_eliminated(graph, n) {
+            fusion.decisions.push(fusion::FusionDecision {
+                producer: node.name.clone(),
+                consumer: node.name.clone(),
+                rejected: Some(fusion::RejectReason::ConcatMemory),
+                phase: fusion::FusionPhase::Concat,
+                tensor: String::new(),
+                score: 0,
+                detail: format!(
+                    "eliminating the plan's {} Concats would raise lower_bound_bytes from {without} to {with}",
+                    front.fusion.stats.concats_eliminated
+                ),
+            });
+        }
+    }
+    Ok(fusion)
 }
 
 impl Front {
@@ -397,8 +460,10 @@ fn run_passes(
         return Ok(r);
     }
     if stop(Pass::Fusion) && opts.order == OrderStrategy::Given {
-        let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
+        let mut fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
         crate::pass_checks::after_fusion(graph, &fusion)?;
+        // Whether Concat eliminations stay needs the memory pass: what the full pipeline would keep.
+        fusion = settle_concats(graph, &r.topo, fusion, opts, &target, &mut clock)?;
         r.fusion = Some(fusion);
         r.pass_ms = clock.ms;
         return Ok(r);

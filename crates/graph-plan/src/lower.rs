@@ -111,7 +111,12 @@ pub(crate) fn lower(
     }
     let nodes: Vec<PlanNode> = graph
         .nodes()
-        .map(|(_, n)| PlanNode { name: n.name.clone(), op: n.op.name().to_string(), view: n.op.is_view() })
+        .map(|(id, n)| PlanNode {
+            name: n.name.clone(),
+            op: n.op.name().to_string(),
+            view: n.op.is_view(),
+            eliminated: fusion.is_eliminated(graph, id),
+        })
         .collect();
     let mut orders: Vec<KernelOrder> = mem
         .reuse_edges

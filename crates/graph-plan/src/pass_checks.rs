@@ -41,7 +41,8 @@ pub fn after_precision(input: &ComputeGraph, rewritten: &ComputeGraph) -> PlanRe
     Ok(())
 }
 
-/// Every non-view node is in exactly one group, and mapped back to it.
+/// Every non-view node is in exactly one group, and mapped back to it, but eliminated Concats, which are in none;
+/// the slots of an eliminated Concat tile its output's bytes.
 pub fn after_fusion(graph: &ComputeGraph, f: &FusionPlan) -> PlanResult<()> {
     if !ON {
         return Ok(());
@@ -58,7 +59,30 @@ pub fn after_fusion(graph: &ComputeGraph, f: &FusionPlan) -> PlanResult<()> {
             }
         }
     }
-    let non_view = graph.nodes().filter(|(_, n)| n.op.category() != OpCategory::View).count();
+    let mut eliminated = 0usize;
+    for (n, node) in graph.nodes() {
+        if !f.is_eliminated(graph, n) {
+            continue;
+        }
+        eliminated += 1;
+        let mut at = 0u64;
+        for &t in &node.inputs {
+            match f.concat_slots.get(t) {
+                Some(s) if s.concat == n && s.offset == at => at += graph.tensor(t).size_bytes() as u64,
+                _ => {
+                    let t = &graph.tensor(t).name;
+                    return Err(bug(
+                        "fusion",
+                        format!("input '{t}' of eliminated '{}' is not at byte {at}", node.name),
+                    ));
+                }
+            }
+        }
+        if node.outputs.first().map(|&o| graph.tensor(o).size_bytes() as u64) != Some(at) {
+            return Err(bug("fusion", format!("the slots of eliminated '{}' do not tile its output", node.name)));
+        }
+    }
+    let non_view = graph.nodes().filter(|(_, n)| n.op.category() != OpCategory::View).count() - eliminated;
     if seen != non_view {
         return Err(bug("fusion", format!("{seen} non-view nodes grouped, graph has {non_view}")));
     }

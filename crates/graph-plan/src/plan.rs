@@ -227,6 +227,10 @@ pub struct PlanNode {
     pub op: String,
     /// True for views (no kernel).
     pub view: bool,
+    /// True for an eliminated Concat: no kernel either, its inputs were written into slices of its output
+    /// (`FusionCaps::concat_elimination`). Still counted in `kernel_count_original`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub eliminated: bool,
 }
 
 /// An ordering the memory plan requires between two launches: `from` before `to`.

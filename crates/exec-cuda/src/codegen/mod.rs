@@ -145,6 +145,8 @@ pub fn fusion_caps() -> FusionCaps {
         // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
         // express is `CudaError::Unsupported`, never a kernel.
         attention: true,
+        // Producers write into their slice of an eliminated Concat's output: only buffer offsets.
+        concat_elimination: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,

@@ -6,6 +6,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::attention::{self, Chain, Found};
+use super::concat::Candidates;
 use super::dag::{Dag, Plan, Stop};
 use super::dense::{Dense, NONE};
 use super::model::Model;
@@ -49,12 +50,27 @@ struct Pass<'a, 'g> {
     stats: FusionStats,
 }
 
-pub(super) fn run(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &Target) -> FusionPlan {
+pub(super) fn run(
+    graph: &ComputeGraph,
+    order: &TopoOrder,
+    opts: &FusionOptions,
+    target: &Target,
+    concats: Option<&Candidates>,
+) -> FusionPlan {
     let d = Dense::new(graph, order);
     let model = Model::new(&d, target);
     let items = (d.len() + d.num_edges()) as u64;
+    let mut groups = Groups::new(&d, &model.flops);
+    if let Some(c) = concats {
+        // Concats to be eliminated stay alone: their producers keep their epilogues.
+        for i in 0..d.len() {
+            if c.pinned(d.ids[i]) {
+                groups.g[i].pinned = true;
+            }
+        }
+    }
     let mut p = Pass {
-        groups: Groups::new(&d, &model.flops),
+        groups,
         model,
         d: &d,
         opts,
@@ -685,5 +701,5 @@ fn assemble(
         let nodes = nodes.iter().map(|&i| d.ids[i as usize]).collect();
         groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs });
     }
-    FusionPlan { groups, group_of, decisions, stats: FusionStats::default() }
+    FusionPlan { groups, group_of, decisions, stats: FusionStats::default(), concat_slots: SecondaryMap::new() }
 }

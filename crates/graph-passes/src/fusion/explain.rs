@@ -98,7 +98,7 @@ impl FusionPlan {
         let _ = writeln!(
             s,
             "fusion of '{}': {} ops -> {} kernels ({} merges vertical, {} multi-output, {} horizontal, {} attention \
-             chains; {} of {} views inside kernels)",
+             chains; {} of {} views inside kernels{})",
             r.graph,
             r.kernels_unfused,
             r.kernels_fused,
@@ -107,7 +107,11 @@ impl FusionPlan {
             r.stats.merges_horizontal,
             r.stats.merges_attention,
             r.stats.views_absorbed,
-            r.stats.views
+            r.stats.views,
+            match r.stats.concats_eliminated {
+                0 => String::new(),
+                n => format!("; {n} concats eliminated"),
+            }
         );
         let _ = writeln!(s, "groups:");
         for g in &r.groups {
@@ -123,7 +127,12 @@ impl FusionPlan {
             for d in &r.rejected {
                 let code = d.rejected.map_or("", |x| x.code());
                 let arrow = if d.phase == super::FusionPhase::Horizontal { "<->" } else { "->" };
-                let _ = write!(s, "  {} {arrow} {} [{code}] ({}", d.producer, d.consumer, d.phase.name());
+                if d.producer == d.consumer {
+                    // A verdict on one node (a Concat kept as a kernel), not an edge.
+                    let _ = write!(s, "  {} [{code}] ({}", d.consumer, d.phase.name());
+                } else {
+                    let _ = write!(s, "  {} {arrow} {} [{code}] ({}", d.producer, d.consumer, d.phase.name());
+                }
                 if !d.tensor.is_empty() {
                     let _ = write!(s, ", via {}", d.tensor);
                 }

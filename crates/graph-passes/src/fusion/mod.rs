@@ -92,6 +92,7 @@
 
 mod attention;
 mod build;
+mod concat;
 mod dag;
 mod dense;
 mod explain;
@@ -109,6 +110,7 @@ use crate::ids::GroupId;
 use crate::target::Target;
 use crate::topo::TopoOrder;
 
+pub use concat::ConcatSlot;
 pub use explain::{DecisionReport, FusionReport, GroupReport};
 
 /// What a backend can build: the plan never asks for a kernel outside these limits. A single node is always
@@ -147,6 +149,11 @@ pub struct FusionCaps {
     /// (`GroupKind::Attention`): tiles of K and V, online softmax, the scores never materialised.
     #[serde(default = "default_true")]
     pub attention: bool,
+    /// A Concat whose inputs are each written by a kernel and occupy contiguous byte ranges of its output (every
+    /// extent before the axis is 1) runs no kernel: each producer writes straight into its slice of the output's
+    /// allocation (see `fusion/concat.rs`). The backend needs nothing but buffer offsets.
+    #[serde(default = "default_true")]
+    pub concat_elimination: bool,
     /// Most distinct external inputs of one kernel.
     pub max_inputs: usize,
     /// Most ops (non-view nodes) in one kernel.
@@ -171,6 +178,7 @@ impl FusionCaps {
             layout_epilogue: true,
             select_epilogue: true,
             attention: true,
+            concat_elimination: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -189,6 +197,7 @@ impl FusionCaps {
             layout_epilogue: false,
             select_epilogue: false,
             attention: false,
+            concat_elimination: false,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -306,11 +315,24 @@ pub enum RejectReason {
     CycleCheckBudget,
     /// Horizontal candidates only: a sibling is not launch-bound (it moves more bytes than a launch is worth).
     NotSmall,
+    /// Concat elimination: the Concat shares a kernel with other ops (it costs no launch of its own there).
+    ConcatFused,
+    /// Concat elimination: an input cannot be placed in its slice (a source, a graph output, an alias, written
+    /// by a copy or custom kernel, in two slots or two Concats).
+    ConcatInput,
+    /// Concat elimination: a slice is not one aligned byte range of the output (an extent before the axis is
+    /// not 1, or a slice would start off the alignment).
+    ConcatLayout,
+    /// Concat elimination: the output is (or aliases) a graph output, is never read, or is itself a slot.
+    ConcatOutput,
+    /// Concat elimination: the memory pass found that eliminating would raise `lower_bound_bytes` (the output's
+    /// buffer lives from its first producer).
+    ConcatMemory,
 }
 
 impl RejectReason {
     /// Every reason, in a stable order.
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 16] = [
         RejectReason::Disabled,
         RejectReason::WouldCycle,
         RejectReason::MultiConsumer,
@@ -322,6 +344,11 @@ impl RejectReason {
         RejectReason::LosesConcurrency,
         RejectReason::CycleCheckBudget,
         RejectReason::NotSmall,
+        RejectReason::ConcatFused,
+        RejectReason::ConcatInput,
+        RejectReason::ConcatLayout,
+        RejectReason::ConcatOutput,
+        RejectReason::ConcatMemory,
     ];
 
     /// The reason's code, as `explain` prints it.
@@ -338,6 +365,11 @@ impl RejectReason {
             RejectReason::LosesConcurrency => "LosesConcurrency",
             RejectReason::CycleCheckBudget => "CycleCheckBudget",
             RejectReason::NotSmall => "NotSmall",
+            RejectReason::ConcatFused => "ConcatFused",
+            RejectReason::ConcatInput => "ConcatInput",
+            RejectReason::ConcatLayout => "ConcatLayout",
+            RejectReason::ConcatOutput => "ConcatOutput",
+            RejectReason::ConcatMemory => "ConcatMemory",
         }
     }
 }
@@ -353,6 +385,8 @@ pub enum FusionPhase {
     Horizontal,
     /// Between phases 1 and 2: attention chains merged into one kernel.
     Attention,
+    /// After the phases: a Concat kept as a kernel instead of being eliminated (`fusion/concat.rs`).
+    Concat,
 }
 
 impl FusionPhase {
@@ -363,6 +397,7 @@ impl FusionPhase {
             FusionPhase::MultiOutput => "multi-output",
             FusionPhase::Horizontal => "horizontal",
             FusionPhase::Attention => "attention",
+            FusionPhase::Concat => "concat",
         }
     }
 }
@@ -408,6 +443,9 @@ pub struct FusionStats {
     pub merges_attention: usize,
     /// Rounds phase 2 ran.
     pub multi_output_rounds: usize,
+    /// Concats eliminated: their inputs written into slices of their output, no launch.
+    #[serde(default)]
+    pub concats_eliminated: usize,
     /// Groups visited by cycle checks and reorders, in total (the pass's dominant cost beyond O(N + E)).
     pub dag_visits: u64,
     /// Most groups visited by one cycle check and reorder.
@@ -428,6 +466,10 @@ pub struct FusionPlan {
     /// Counters.
     #[serde(default)]
     pub stats: FusionStats,
+    /// The inputs of eliminated Concats (which are in no group): each lives at a byte offset of its Concat's
+    /// output (`fusion/concat.rs`).
+    #[serde(default, skip_serializing_if = "SecondaryMap::is_empty")]
+    pub concat_slots: SecondaryMap<TensorId, ConcatSlot>,
 }
 
 impl FusionPlan {
@@ -439,6 +481,12 @@ impl FusionPlan {
             return true;
         }
         graph.consumers(t).iter().any(|&c| self.group_of.get(c) != Some(&g))
+    }
+
+    /// True when `n` is an eliminated Concat: a non-view node that runs in no kernel.
+    pub fn is_eliminated(&self, graph: &ComputeGraph, n: NodeId) -> bool {
+        !self.group_of.contains_key(n)
+            && graph.node(n).inputs.first().and_then(|&i| self.concat_slots.get(i)).is_some_and(|s| s.concat == n)
     }
 
     /// The decisions that rejected a candidate.
@@ -455,5 +503,11 @@ pub fn analyse(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions) ->
 /// Run the fusion pass for `target` (stream count and device, used by the score and the concurrency check).
 pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &Target) -> FusionPlan {
     let _span = tracing::debug_span!("fusion").entered();
-    build::run(graph, order, opts, target)
+    let cands =
+        (opts.enabled && opts.caps.concat_elimination).then(|| concat::Candidates::new(graph, order, target.alignment));
+    let mut plan = build::run(graph, order, opts, target, cands.as_ref());
+    if let Some(c) = &cands {
+        concat::eliminate(graph, &mut plan, c);
+    }
+    plan
 }

@@ -14,6 +14,7 @@ pub(super) enum Why {
     Custom,
     Copy,
     Opaque { node: u32 },
+    ConcatPinned { node: u32 },
     TwoAnchors { a: u32, b: u32 },
     OtherRows { a: u32, b: u32 },
     AnchorReduction { anchor: u32 },
@@ -59,6 +60,9 @@ impl Why {
             Why::Custom => "a custom kernel never fuses".into(),
             Why::Copy => "a host/device copy never fuses".into(),
             Why::Opaque { node } => format!("'{}' (a multi-output op) runs alone", n(node)),
+            Why::ConcatPinned { node } => {
+                format!("'{}' is eliminated: its producers write into its output's slices", n(node))
+            }
             Why::TwoAnchors { a, b } => format!("two anchors ('{}', '{}') in one kernel", n(a), n(b)),
             Why::OtherRows { a, b } => {
                 format!("reductions over different rows or axes ('{}' and '{}')", n(a), n(b))
@@ -267,6 +271,8 @@ pub(super) struct Group {
     pub domain: u32,
     /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
     pub opaque: bool,
+    /// An eliminable Concat (`fusion/concat.rs`): never merges, so that it can run no kernel at all.
+    pub pinned: bool,
     /// Every data-movement member is a pure permutation (Transpose) or a selection (a Gather at a constant
     /// scalar index): the group only changes where values go, so an anchor's epilogue may take it (the
     /// permutation folds into an output index map, a selection routes part of the result to its own output).
@@ -387,6 +393,7 @@ impl Groups {
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
                 domain: node_domain[i as usize],
                 opaque,
+                pinned: false,
                 layout_only: cat != OpCategory::DataMovement
                     || matches!(d.op(i), Op::Transpose { .. })
                     || is_selection(d, i),
@@ -573,6 +580,9 @@ impl Groups {
         for g in [ga, gb] {
             if g.opaque {
                 return reject(RejectReason::Pattern, Why::Opaque { node: g.lo });
+            }
+            if g.pinned {
+                return reject(RejectReason::Pattern, Why::ConcatPinned { node: g.lo });
             }
             if g.kind == GroupKind::Attention {
                 return reject(RejectReason::Pattern, Why::AttnClosed { node: g.lo });

@@ -326,7 +326,7 @@ pub fn analyse(
                 live: units.live[u],
                 size: align_up(unit_bufs[u].size, a),
                 offset: unit_off[u],
-                writer: model.writer[units.head[u].index()],
+                writers: groups.writers(model.roots[units.head[u].index()]),
                 froms: froms[units.last[u].index()],
             })
             .collect();
@@ -360,6 +360,8 @@ pub fn analyse(
         let r = groups.root(t);
         if let Some(&(region, offset)) = root_place.get(r) {
             if classes.materialized.contains_key(r) || tensor.role.is_source() {
+                // A slot of an eliminated Concat sits at its offset inside the Concat output's bytes.
+                let offset = offset.saturating_add(groups.offset(t));
                 placement.insert(t, Placement { region, offset, bytes: tensor.size_bytes() as u64 });
             }
         }
@@ -371,7 +373,7 @@ pub fn analyse(
             live: live[b],
             offset: buffers[b].offset,
             size: model.size[b],
-            writer: model.writer[b],
+            writers: groups.writers(model.roots[b]),
             froms: froms[b],
         })
         .collect();

@@ -76,8 +76,8 @@ pub(crate) struct SweepBuffer<'a> {
     pub offset: u64,
     /// Aligned size.
     pub size: u64,
-    /// The group that writes it.
-    pub writer: GroupId,
+    /// The groups that write it (several for an eliminated Concat's output: every slot's producer).
+    pub writers: &'a [GroupId],
     /// Groups that must finish before its bytes are taken (its readers, or its writer when unread).
     pub froms: &'a [GroupId],
 }
@@ -95,8 +95,10 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
         map.occupy(b.offset, b.offset + b.size, i as u32, &mut displaced, &mut starts);
         for &j in &displaced {
             for &from in buffers[j as usize].froms {
-                if from != b.writer {
-                    out.push((from, b.writer));
+                for &w in b.writers {
+                    if from != w {
+                        out.push((from, w));
+                    }
                 }
             }
         }
@@ -115,8 +117,8 @@ pub(crate) struct Unit<'a> {
     pub size: u64,
     /// Offset in the pool.
     pub offset: u64,
-    /// Writer of the first member (the one that takes the bytes).
-    pub writer: GroupId,
+    /// Writers of the first member (the ones that take the bytes).
+    pub writers: &'a [GroupId],
     /// Groups that must finish before the bytes are taken from the last member.
     pub froms: &'a [GroupId],
 }
@@ -150,8 +152,10 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     let grain = units.iter().fold(0u64, |g, u| crate::memory::pack::gcd(g, u.size));
     let mut slots = Vec::new();
     let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writer: GroupId| {
-        occupants.iter().any(|&j| units[j as usize].froms.iter().any(|&f| !reach.ordered(f, writer)))
+    let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writers: &[GroupId]| {
+        occupants
+            .iter()
+            .any(|&j| units[j as usize].froms.iter().any(|&f| writers.iter().any(|&w| !reach.ordered(f, w))))
     };
     for (k, &i) in by_start.iter().enumerate() {
         let Interval { start, end } = units[i].live;
@@ -161,7 +165,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             }
             active.remove(&(e, j));
         }
-        let (size, writer) = (units[i].size, units[i].writer);
+        let (size, writer) = (units[i].size, units[i].writers);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
         if work_left > 0 && adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
@@ -220,27 +224,46 @@ mod tests {
         let r1 = [g(3)];
         let r2 = [g(5)];
         let bufs = [
-            SweepBuffer { live: Interval::new(0, 2), offset: 0, size: 256, writer: g(0), froms: &r0 },
-            SweepBuffer { live: Interval::new(2, 4), offset: 0, size: 256, writer: g(2), froms: &r1 },
-            SweepBuffer { live: Interval::new(4, 6), offset: 0, size: 256, writer: g(4), froms: &r2 },
+            SweepBuffer { live: Interval::new(0, 2), offset: 0, size: 256, writers: &[GroupId(0)], froms: &r0 },
+            SweepBuffer { live: Interval::new(2, 4), offset: 0, size: 256, writers: &[GroupId(2)], froms: &r1 },
+            SweepBuffer { live: Interval::new(4, 6), offset: 0, size: 256, writers: &[GroupId(4)], froms: &r2 },
         ];
         assert_eq!(edges(&bufs), vec![(g(1), g(2)), (g(3), g(4))]);
     }
 
     #[test]
-    fn a_unit_moves_to_a_gap_its_writer_already_follows() {
+    fn a_unit_moves_to_a_gap_its_writer_already_follows_and_every_writer_counts() {
         // Groups: 0 -> 1 -> 3 and 0 -> 2 (a side branch). Units (froms are the groups that must finish first):
         // A [0,1) froms {1} at 0; B [0,1) froms {2} at 256; C [1,2) writer 3 at 256 (takes B's bytes).
         // 2 is not an ancestor of 3, 1 is: C should move to offset 0 (A's bytes).
         let dag = GroupGraph::from_preds(vec![vec![], vec![g(0)], vec![g(0)], vec![g(1)]]);
         let mut reach = Reach::new(&dag, 64);
         let mut units = vec![
-            Unit { live: Interval::new(0, 1), size: 256, offset: 0, writer: g(1), froms: &[GroupId(1)] },
-            Unit { live: Interval::new(0, 1), size: 256, offset: 256, writer: g(2), froms: &[GroupId(2)] },
-            Unit { live: Interval::new(1, 2), size: 256, offset: 256, writer: g(3), froms: &[GroupId(3)] },
+            Unit { live: Interval::new(0, 1), size: 256, offset: 0, writers: &[GroupId(1)], froms: &[GroupId(1)] },
+            Unit { live: Interval::new(0, 1), size: 256, offset: 256, writers: &[GroupId(2)], froms: &[GroupId(2)] },
+            Unit { live: Interval::new(1, 2), size: 256, offset: 256, writers: &[GroupId(3)], froms: &[GroupId(3)] },
         ];
         let s = prefer_ordered(&mut units, 512, &mut reach, u64::MAX);
         assert_eq!(s, PreferStats { revisited: 1, moved: 1 });
         assert_eq!(units[2].offset, 0);
+    }
+
+    #[test]
+    fn a_buffer_with_several_writers_is_ordered_after_each() {
+        // An eliminated Concat's output written by groups 2 and 3 takes the bytes a buffer read by 1 held:
+        // both writers must follow 1.
+        let r0 = [g(1)];
+        let r1 = [g(4)];
+        let bufs = [
+            SweepBuffer { live: Interval::new(0, 2), offset: 0, size: 512, writers: &[GroupId(0)], froms: &r0 },
+            SweepBuffer {
+                live: Interval::new(2, 5),
+                offset: 0,
+                size: 512,
+                writers: &[GroupId(2), GroupId(3)],
+                froms: &r1,
+            },
+        ];
+        assert_eq!(edges(&bufs), vec![(g(1), g(2)), (g(1), g(3))]);
     }
 }

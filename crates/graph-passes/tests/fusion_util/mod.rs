@@ -53,12 +53,16 @@ pub fn n1(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorI
     g.add_node(name, op, ins).unwrap()[0]
 }
 
-/// The kernel writer of `t`'s bytes: the group of its producer, looking through views outside groups.
+/// The kernel writer of `t`'s bytes: the group of its producer, looking through views outside groups; for an
+/// eliminated Concat's output, the last of its inputs' writers.
 fn writer(g: &ComputeGraph, p: &FusionPlan, mut t: TensorId) -> Option<usize> {
     loop {
         let n = g.producer(t)?;
         if let Some(gi) = p.group_of.get(n) {
             return Some(gi.index());
+        }
+        if p.is_eliminated(g, n) {
+            return g.node(n).inputs.iter().filter_map(|&i| writer(g, p, i)).max();
         }
         assert!(g.node(n).op.is_view(), "non-view node '{}' is in no group", g.node(n).name);
         t = g.node(n).inputs[0];
@@ -78,9 +82,22 @@ pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
         assert!(gr.nodes.iter().any(|&n| !g.node(n).op.is_view()), "group {gi} holds only views");
     }
     for (id, node) in g.nodes() {
-        if !node.op.is_view() {
+        if p.is_eliminated(g, id) {
+            // An eliminated Concat: in no group, its inputs tile its output at increasing offsets.
+            assert!(caps.concat_elimination, "'{}' eliminated against the caps", node.name);
+            let mut at = 0u64;
+            for &t in &node.inputs {
+                let s = p.concat_slots.get(t).unwrap_or_else(|| panic!("input of '{}' has no slot", node.name));
+                assert_eq!((s.concat, s.output, s.offset), (id, node.outputs[0], at), "slot of '{}'", node.name);
+                at += g.tensor(t).size_bytes() as u64;
+            }
+            assert_eq!(at, g.tensor(node.outputs[0]).size_bytes() as u64);
+        } else if !node.op.is_view() {
             assert!(seen.contains_key(&id), "non-view node '{}' not covered", node.name);
         }
+    }
+    for (t, s) in &p.concat_slots {
+        assert!(p.is_eliminated(g, s.concat), "slot '{}' of a kept Concat", g.tensor(t).name);
     }
     assert_eq!(p.group_of.len(), seen.len());
     // Order: every input of a group is written by an earlier group (or is a source); never by the group itself
@@ -129,13 +146,19 @@ pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
         if d.phase == fusion::FusionPhase::Horizontal {
             continue;
         }
+        if d.phase == fusion::FusionPhase::Concat {
+            // A kept Concat's reason for not being eliminated: on the Concat itself, not an edge.
+            let c = by_name[d.consumer.as_str()];
+            assert!(matches!(g.node(c).op, Op::Concat { .. }) && !p.is_eliminated(g, c), "{d:?}");
+            continue;
+        }
         let (a, b) = (by_name[d.producer.as_str()], by_name[d.consumer.as_str()]);
         assert_ne!(p.group_of.get(a), p.group_of.get(b), "decision on a fused edge: {d:?}");
         assert!(d.rejected.is_some(), "{d:?}");
         assert!(listed.insert((a, b)), "two decisions on one edge: {d:?}");
     }
     for (c, node) in g.nodes() {
-        if node.op.is_view() {
+        if node.op.is_view() || p.is_eliminated(g, c) {
             continue;
         }
         for &t in &node.inputs {
@@ -146,7 +169,7 @@ pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
                     other => break other,
                 }
             };
-            if let Some(q) = prod {
+            if let Some(q) = prod.filter(|&q| !p.is_eliminated(g, q)) {
                 if p.group_of.get(q) != p.group_of.get(c) {
                     assert!(listed.contains(&(q, c)), "edge {} -> {} has no decision", g.node(q).name, node.name);
                 }
@@ -469,7 +492,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 10]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 11]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -480,6 +503,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         layout_epilogue: b[7],
         attention: b[8],
         select_epilogue: b[9],
+        concat_elimination: b[10],
         max_inputs,
         max_ops,
     })

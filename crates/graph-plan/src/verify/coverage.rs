@@ -28,7 +28,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let table: OnceCell<FastMap<&str, (u32, bool)>> = OnceCell::new();
     let mut cursor = 0usize;
     let mut lookup = |name: &str| -> Option<(u32, bool)> {
-        while nodes.get(cursor).is_some_and(|n| n.view) {
+        while nodes.get(cursor).is_some_and(|n| n.view || n.eliminated) {
             cursor += 1;
         }
         if nodes.get(cursor).is_some_and(|n| n.name == name) {
@@ -38,7 +38,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
         let table = table.get_or_init(|| {
             let mut t = FastMap::with_capacity_and_hasher(nodes.len(), Default::default());
             for (i, n) in nodes.iter().enumerate() {
-                t.insert(n.name.as_str(), (i as u32, n.view));
+                t.insert(n.name.as_str(), (i as u32, n.view || n.eliminated));
             }
             t
         });
@@ -48,7 +48,8 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     // Steps of nodes run more than once, beyond the first: (node, step).
     let mut again: Vec<(u32, u32)> = Vec::new();
     let mut run = |name: &str, step: u32, copy: bool, out: &mut Vec<Violation>| match lookup(name) {
-        // Views have no kernel; a fused body may still list them (they only rename), a copy may not.
+        // Views and eliminated Concats have no kernel; a fused body may still list a view (it only renames),
+        // a copy may not.
         Some((_, true)) if !copy => {}
         Some((n, false)) => {
             let r = &mut runs[n as usize];
@@ -98,7 +99,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     again.sort_unstable();
     let mut a = 0;
     for (n, node) in plan.nodes().iter().enumerate() {
-        if node.view {
+        if node.view || node.eliminated {
             continue;
         }
         let r = runs[n];

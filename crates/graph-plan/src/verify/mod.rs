@@ -4,8 +4,10 @@
 //!
 //! The invariants, by check:
 //! 1. coverage (`coverage.rs`): every non-view node runs in exactly one launched kernel's body or one `Copy`
-//!    step; every launch names an existing kernel, each kernel is launched at most once; a launch's `reads`
-//!    and `writes` are the sets of its kernel's Read and Write param buffers.
+//!    step, but eliminated Concats (`PlanNode::eliminated`: their inputs' writers fill the output's slices, and
+//!    checks 2 and 3 see that a reader of the output finds each slice written by its writer, all ordered
+//!    before it); every launch names an existing kernel, each kernel is launched at most once; a launch's
+//!    `reads` and `writes` are the sets of its kernel's Read and Write param buffers.
 //! 2. order (`replay.rs`): a launch whose Read param names root R happens after every launch of a kernel
 //!    with a Write param of root R; every reuse edge `from -> to` is ordered; happens-before is stream order
 //!    plus record -> wait; each event is recorded once, and every wait follows a record of its event in

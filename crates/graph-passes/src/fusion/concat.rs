@@ -1,0 +1,279 @@
+//! Concat elimination (after the fusion phases, when `FusionCaps::concat_elimination`): a Concat that would run
+//! as a kernel of its own becomes a no-launch alias, as a view is: each input tensor is placed at a byte offset
+//! inside the Concat output's allocation, so its producer writes straight into its slice.
+//!
+//! A Concat is eliminated when all of these hold (otherwise it stays in a kernel, alone or fused into a loop
+//! kernel, and gets a decision with the reason, phase `concat`):
+//! - it is alone in its group: the conditions below are decided before the fusion phases ([`Candidates`]) and
+//!   the phases never merge an eligible Concat's group (`Why::ConcatPinned`), so its producers' epilogues stay
+//!   with their producers (a Relu goes to its Conv's epilogue instead of into the Concat's loop kernel);
+//! - **layout** (`ConcatLayout`): every slice is one contiguous byte range of the output, i.e. every extent
+//!   before the axis is 1 (batch-1 NCHW on axis 1), and every slice starts at a multiple of the plan's
+//!   alignment (`Target::alignment`), so each slot is a valid buffer of its own;
+//! - **inputs** (`ConcatInput`): at least two; each an intermediate (not a graph input, weight, constant or
+//!   output) written by a kernel (not by a view, a copy, a custom kernel or another eliminated Concat), appearing
+//!   once in this Concat and in no other eliminated Concat (a tensor has one place), with no view of it being a
+//!   graph output. Other readers of an input are fine (they read the slice) as long as they come, in the
+//!   topological order, before the output's last reader: the slot's bytes are the output's and live as long;
+//! - **output** (`ConcatOutput`): an intermediate that is read, whose alias family (views of it) holds no graph
+//!   output (io placements are fixed by plan sets), and that is not itself a slot of an eliminated Concat (no
+//!   nesting: one level of offsets).
+//!
+//! **Memory.** The output's buffer lives from its first producer's launch to its last reader's: during the
+//! producers' window it holds bytes that separate slots would only take later. The pipeline driver keeps the
+//! eliminations only when the memory pass confirms that `lower_bound_bytes` does not rise (graph-plan
+//! `build.rs`), else it plans without them and records `ConcatMemory` on each such Concat.
+//!
+//! What the later passes see: the Concat is in no group (as a view outside groups); [`FusionPlan::concat_slots`]
+//! maps each input to the output and its byte offset. The group graph roots a slot (and views of it) at the
+//! Concat output with that offset; the output's alias family is written by several groups (every slot's
+//! producer) and every reader of the whole output depends on all of them. O(N + E).
+
+use graph_ir::{ComputeGraph, NodeId, Op, TensorId, TensorRole};
+use serde::{Deserialize, Serialize};
+use slotmap::SecondaryMap;
+use std::collections::HashSet;
+
+use super::{FusionDecision, FusionPhase, FusionPlan, GroupKind, RejectReason};
+use crate::ids::GroupId;
+use crate::topo::TopoOrder;
+
+/// Where an eliminated Concat's input lives: a byte range of the Concat's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConcatSlot {
+    /// The eliminated Concat node.
+    pub concat: NodeId,
+    /// The Concat's output tensor, whose allocation holds the slot.
+    pub output: TensorId,
+    /// Byte offset of the slot in the output (a multiple of the plan's alignment).
+    pub offset: u64,
+}
+
+/// A refusal: the reason, the tensor at fault (when one input is) and the specifics.
+type Refusal = (RejectReason, Option<TensorId>, String);
+
+/// The Concats that can be eliminated, decided before the fusion phases from the graph alone (every condition
+/// of the module docs but the last, which the phases guarantee by never merging a pinned Concat's group), with
+/// each input's byte offset; and every other Concat's refusal. `order`: a topological order, so that a Concat
+/// reading another's output sees that one's verdict.
+pub(super) struct Candidates {
+    /// Byte offset of each input of each eliminable Concat.
+    pub placed: SecondaryMap<NodeId, Vec<(TensorId, u64)>>,
+    /// Why each other Concat stays a kernel.
+    refused: SecondaryMap<NodeId, Refusal>,
+}
+
+impl Candidates {
+    /// The candidates of `graph` at `alignment` (see the type docs).
+    pub fn new(graph: &ComputeGraph, order: &TopoOrder, alignment: u64) -> Candidates {
+        let a = alignment.max(1);
+        let mut placed: SecondaryMap<NodeId, Vec<(TensorId, u64)>> = SecondaryMap::new();
+        let mut refused: SecondaryMap<NodeId, Refusal> = SecondaryMap::new();
+        let mut taken: SecondaryMap<TensorId, ()> = SecondaryMap::new();
+        for &n in &order.order {
+            if !matches!(graph.node(n).op, Op::Concat { .. }) {
+                continue;
+            }
+            match check(graph, order, &taken, n, a) {
+                Ok(p) => {
+                    for &(t, _) in &p {
+                        taken.insert(t, ());
+                    }
+                    placed.insert(n, p);
+                }
+                Err(r) => {
+                    refused.insert(n, r);
+                }
+            }
+        }
+        Candidates { placed, refused }
+    }
+
+    /// True when `n` is a Concat the phases must leave alone in its group.
+    pub fn pinned(&self, n: NodeId) -> bool {
+        self.placed.contains_key(n)
+    }
+}
+
+/// Eliminate the candidate Concats of `plan` (see the module docs): drop their groups, renumber the rest, record
+/// the slots, and replace the decisions on their edges (no longer between two kernels) by one `concat` decision
+/// per Concat that stays a kernel of its own.
+pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Candidates) {
+    let mut slots: SecondaryMap<TensorId, ConcatSlot> = SecondaryMap::new();
+    let mut gone: SecondaryMap<NodeId, ()> = SecondaryMap::new();
+    let mut refused: Vec<(NodeId, Refusal)> = Vec::new();
+    for (gi, g) in plan.groups.iter().enumerate() {
+        for &n in &g.nodes {
+            if let Some(p) = cands.placed.get(n) {
+                if g.nodes.len() == 1 {
+                    for &(t, offset) in p {
+                        slots.insert(t, ConcatSlot { concat: n, output: graph.node(n).outputs[0], offset });
+                    }
+                    gone.insert(n, ());
+                } else {
+                    // Unreachable while the phases honour the pin; stay a kernel rather than guess.
+                    let why = format!("the Concat runs inside kernel g{gi} with {} other ops", g.nodes.len() - 1);
+                    refused.push((n, (RejectReason::ConcatFused, None, why)));
+                }
+            } else if let Some(r) = cands.refused.get(n) {
+                refused.push((n, r.clone()));
+            }
+        }
+    }
+    if !gone.is_empty() {
+        let groups = std::mem::take(&mut plan.groups);
+        plan.groups = groups.into_iter().filter(|g| !(g.nodes.len() == 1 && gone.contains_key(g.nodes[0]))).collect();
+        plan.group_of = SecondaryMap::with_capacity(plan.group_of.len());
+        for (gi, g) in plan.groups.iter().enumerate() {
+            for &n in &g.nodes {
+                plan.group_of.insert(n, GroupId::from_index(gi));
+            }
+        }
+        let names: HashSet<&str> = gone.keys().map(|n| graph.node(n).name.as_str()).collect();
+        plan.decisions.retain(|d| {
+            d.phase == FusionPhase::Horizontal
+                || !(names.contains(d.producer.as_str()) || names.contains(d.consumer.as_str()))
+        });
+        plan.stats.groups = plan.groups.len();
+    }
+    for (n, (reason, t, detail)) in refused {
+        let node = graph.node(n);
+        let producer =
+            t.and_then(|t| graph.producer(t)).map_or_else(|| node.name.clone(), |p| graph.node(p).name.clone());
+        plan.decisions.push(FusionDecision {
+            producer,
+            consumer: node.name.clone(),
+            rejected: Some(reason),
+            phase: FusionPhase::Concat,
+            tensor: t.map_or_else(String::new, |t| graph.tensor(t).name.clone()),
+            score: 0,
+            detail,
+        });
+    }
+    plan.stats.concats_eliminated = gone.len();
+    plan.concat_slots = slots;
+}
+
+/// The byte offset of each input when Concat `n` can be eliminated, else why not. `taken`: inputs that
+/// already have a slot.
+fn check(
+    graph: &ComputeGraph,
+    order: &TopoOrder,
+    taken: &SecondaryMap<TensorId, ()>,
+    n: NodeId,
+    a: u64,
+) -> Result<Vec<(TensorId, u64)>, Refusal> {
+    let node = graph.node(n);
+    let Op::Concat { axis } = node.op else { return Err((RejectReason::Pattern, None, "not a Concat".into())) };
+    let Some(&o) = node.outputs.first() else { return Err((RejectReason::ConcatOutput, None, "no output".into())) };
+    let out = graph.tensor(o);
+    if out.role != TensorRole::Intermediate || family_has_output(graph, o) {
+        return Err((RejectReason::ConcatOutput, None, "the output (or a view of it) is a graph output".into()));
+    }
+    if graph.consumers(o).is_empty() {
+        return Err((RejectReason::ConcatOutput, None, "the output is never read".into()));
+    }
+    if taken.contains_key(o) {
+        return Err((RejectReason::ConcatOutput, None, "the output is itself a slot of an eliminated Concat".into()));
+    }
+    if node.inputs.len() < 2 {
+        return Err((RejectReason::ConcatInput, None, "fewer than two inputs".into()));
+    }
+    let rank = out.shape.rank();
+    let ax = if axis < 0 { axis + rank as i64 } else { axis };
+    if ax < 0 || ax as usize >= rank {
+        return Err((RejectReason::ConcatLayout, None, format!("axis {axis} out of range for rank {rank}")));
+    }
+    if let Some((i, &d)) = out.shape.dims()[..ax as usize].iter().enumerate().find(|(_, &d)| d != 1) {
+        return Err((
+            RejectReason::ConcatLayout,
+            None,
+            format!("dim {i} before axis {ax} has extent {d}: each input's slice is strided, not one byte range"),
+        ));
+    }
+    // Position (in `order`) of the output's last reader: a slot read later would keep the whole output live.
+    let pos = |r: NodeId| order.position.get(r).copied().unwrap_or(0);
+    let last_read = family_readers(graph, o).into_iter().map(pos).max().unwrap_or(0);
+    let mut placed = Vec::with_capacity(node.inputs.len());
+    let mut offset = 0u64;
+    for (k, &t) in node.inputs.iter().enumerate() {
+        let tensor = graph.tensor(t);
+        let bad = |why: String| Err((RejectReason::ConcatInput, Some(t), why));
+        if tensor.role != TensorRole::Intermediate {
+            let role = format!("{:?}", tensor.role).to_lowercase();
+            return bad(format!("input '{}' is a graph {role}", tensor.name));
+        }
+        if node.inputs[..k].contains(&t) {
+            return bad(format!("input '{}' fills two slots", tensor.name));
+        }
+        if taken.contains_key(t) {
+            return bad(format!("input '{}' already has a slot in another Concat", tensor.name));
+        }
+        let Some(p) = graph.producer(t) else { return bad(format!("input '{}' has no producer", tensor.name)) };
+        let pnode = graph.node(p);
+        if pnode.op.is_view() || matches!(pnode.op, Op::Concat { .. }) {
+            return bad(format!("input '{}' is made by a {} (an alias)", tensor.name, pnode.op.name()));
+        }
+        let kind = GroupKind::of(pnode.op.category());
+        if matches!(kind, GroupKind::Copy | GroupKind::Custom) {
+            return bad(format!("input '{}' is written by a {} step", tensor.name, kind.name()));
+        }
+        if family_has_output(graph, t) {
+            return bad(format!("a view of input '{}' is a graph output", tensor.name));
+        }
+        if let Some(r) = family_readers(graph, t).into_iter().find(|&r| r != n && pos(r) > last_read) {
+            return bad(format!(
+                "input '{}' is read by '{}' after the output's last reader (the whole output would stay live)",
+                tensor.name,
+                graph.node(r).name
+            ));
+        }
+        if offset % a != 0 {
+            return Err((
+                RejectReason::ConcatLayout,
+                Some(t),
+                format!("slice of '{}' would start at byte {offset}, not a multiple of the alignment {a}", tensor.name),
+            ));
+        }
+        placed.push((t, offset));
+        offset = offset.saturating_add(tensor.size_bytes() as u64);
+    }
+    if offset != out.size_bytes() as u64 {
+        return Err((RejectReason::ConcatLayout, None, "the slices do not add up to the output".into()));
+    }
+    Ok(placed)
+}
+
+/// The non-view nodes that read `t` or a view of it.
+fn family_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
+    let mut out = Vec::new();
+    let mut stack = vec![t];
+    while let Some(x) = stack.pop() {
+        for &c in graph.consumers(x) {
+            let node = graph.node(c);
+            if node.op.is_view() {
+                stack.extend(node.outputs.iter().copied());
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// True when `t` or a view of it (transitively) is a graph output.
+fn family_has_output(graph: &ComputeGraph, t: TensorId) -> bool {
+    let mut stack = vec![t];
+    while let Some(x) = stack.pop() {
+        if graph.tensor(x).role == TensorRole::Output {
+            return true;
+        }
+        for &c in graph.consumers(x) {
+            let node = graph.node(c);
+            if node.op.is_view() {
+                stack.extend(node.outputs.iter().copied());
+            }
+        }
+    }
+    false
+}
