@@ -99,6 +99,19 @@ proptest::proptest! {
 }
 
 #[test]
+fn an_in_place_handover_ends_where_its_successor_starts() {
+    // The case the proptest found: at 2 streams a kernel reads a buffer for the last time and writes its
+    // successor over the same bytes; the picture used to keep the first one live through that step.
+    let g = graph_ir::synth::random_dag(35, 2, 436).unwrap();
+    let dir = scratch("rdag-436-35");
+    let p = dir.join("g.json");
+    std::fs::write(&p, g.to_json()).unwrap();
+    for streams in 1..5 {
+        check(&p, streams, &format!("rdag-436-35-{streams}"));
+    }
+}
+
+#[test]
 fn shared_models_draw_without_overlap() {
     for m in ["resnet50", "bert_base", "mobilenet_v2", "googlenet"] {
         let Some(p) = model(m) else { continue };

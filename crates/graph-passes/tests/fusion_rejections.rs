@@ -5,7 +5,7 @@ mod fusion_util;
 
 use fusion_util::*;
 use graph_ir::op::{ConvAttrs, CustomOp, MemSpace};
-use graph_ir::{ComputeGraph, Op, TensorSpec};
+use graph_ir::{ComputeGraph, DType, Op, TensorSpec};
 use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPhase, RejectReason};
 
 fn chain3() -> ComputeGraph {
@@ -382,6 +382,27 @@ fn concat_of_a_graph_input_is_refused() {
     assert_eq!(d.tensor, "x");
     assert!(d.detail.contains("graph input"), "{}", d.detail);
     assert!(p.explain(&g).contains("[ConcatInput] (concat, via x)"), "{}", p.explain(&g));
+}
+
+#[test]
+fn concat_of_loop_values_read_only_there_keeps_its_kernel() {
+    // Two casts of graph inputs read only by the Concat (a precision policy's widening casts): they join the
+    // Concat's loop kernel; eliminating it would give each cast a launch of its own.
+    let mut g = ComputeGraph::new("cat_casts");
+    let x = g.add_input("x", DType::F16, [1, 64]).unwrap();
+    let y = g.add_input("y", DType::F16, [1, 64]).unwrap();
+    let a = n1(&mut g, "a", Op::Cast { to: F }, &[x]);
+    let b = n1(&mut g, "b", Op::Cast { to: F }, &[y]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &[a, b]);
+    let w = g.add_weight("w", F, [128, 8]).unwrap();
+    let out = n1(&mut g, "mm", Op::MatMul, &[cat, w]);
+    g.mark_output(out).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![vec!["a", "b", "cat"], vec!["mm"]]);
+    let d = concat_verdict(&p, "cat").expect("a concat verdict");
+    assert_eq!((d.rejected, d.tensor.as_str()), (Some(RejectReason::ConcatInput), "a"));
+    assert!(d.detail.contains("read only here and computed from graph sources by loop ops only"), "{}", d.detail);
 }
 
 #[test]

@@ -194,6 +194,9 @@ struct RootUse {
     buffer: BufferRef,
     first_write: Option<u32>,
     last_use: u32,
+    /// The step of a kernel that read this root and wrote another one at overlapping bytes (an in-place
+    /// handover: the memory pass ends the read root where the written one starts).
+    handed_over: Option<u32>,
     writer: Option<KernelId>,
     op: String,
     kind: Option<GroupKind>,
@@ -238,6 +241,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                                 buffer: p.buffer,
                                 first_write: None,
                                 last_use: time,
+                                handed_over: None,
                                 writer: None,
                                 op: String::new(),
                                 kind: None,
@@ -258,6 +262,15 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                             r.writer = Some(k.id);
                             r.op = producing_op(k, p.value);
                             r.kind = Some(k.kind);
+                        }
+                    }
+                    for p in k.params.iter().filter(|p| p.access == Access::Read) {
+                        let in_place = k
+                            .params
+                            .iter()
+                            .any(|q| q.access == Access::Write && q.root != p.root && q.buffer.overlaps(&p.buffer));
+                        if let (true, Some(&i)) = (in_place, index.get(&p.root)) {
+                            roots[i].handed_over = Some(time);
                         }
                     }
                 }
@@ -286,6 +299,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                     buffer: dst,
                     first_write: None,
                     last_use: t,
+                    handed_over: None,
                     writer: None,
                     op: String::new(),
                     kind: None,
@@ -322,7 +336,13 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                 bytes: r.buffer.bytes,
                 reserved: align_up(r.buffer.bytes.max(1), a),
                 start,
-                end: r.last_use.max(start) + 1,
+                // A root handed over in place at its last use ends where its successor starts, as in the memory
+                // pass; any other root is live through its last use.
+                end: if r.handed_over == Some(r.last_use) && r.last_use > start {
+                    r.last_use
+                } else {
+                    r.last_use.max(start) + 1
+                },
                 writer: r.writer,
                 op: if r.op.is_empty() { "?".into() } else { r.op },
                 kind: r.kind,

@@ -221,6 +221,13 @@ fn check(
         if family_has_output(graph, t) {
             return bad(format!("a view of input '{}' is a graph output", tensor.name));
         }
+        if family_readers(graph, t).iter().all(|&r| r == n) && !rooted_in_compute(graph, p) {
+            return bad(format!(
+                "input '{}' is read only here and computed from graph sources by loop ops only: its producer \
+                 joins the Concat's kernel, and eliminating the Concat would launch it alone",
+                tensor.name
+            ));
+        }
         if let Some(r) = family_readers(graph, t).into_iter().find(|&r| r != n && pos(r) > last_read) {
             return bad(format!(
                 "input '{}' is read by '{}' after the output's last reader (the whole output would stay live)",
@@ -242,6 +249,35 @@ fn check(
         return Err((RejectReason::ConcatLayout, None, "the slices do not add up to the output".into()));
     }
     Ok(placed)
+}
+
+/// Whether node `p`'s result comes, through elementwise, data-movement and view nodes, from an anchor or a
+/// reduction: a kernel that a Concat could never join, so writing its slot in place saves the Concat's launch.
+/// A producer made only of loop ops over graph sources (a cast of an input) that feeds nothing but the Concat
+/// would instead fuse into the Concat's loop kernel; eliminating the Concat would give it a launch of its own
+/// (a launch only to cast, under a precision policy). The walk visits at most 64
+/// nodes; past that the answer is no (the Concat keeps its kernel).
+fn rooted_in_compute(graph: &ComputeGraph, p: NodeId) -> bool {
+    use graph_ir::OpCategory;
+    let mut stack = vec![p];
+    let mut seen: HashSet<NodeId> = HashSet::new();
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        if seen.len() > 64 {
+            return false;
+        }
+        let node = graph.node(n);
+        match node.op.category() {
+            OpCategory::Anchor | OpCategory::Reduction => return true,
+            OpCategory::Elementwise | OpCategory::DataMovement | OpCategory::View => {
+                stack.extend(node.inputs.iter().filter_map(|&t| graph.producer(t)));
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// The non-view nodes that read `t` or a view of it.
