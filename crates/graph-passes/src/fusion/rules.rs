@@ -728,8 +728,8 @@ impl Groups {
     }
 
     /// The tensors of the merged group `a + b` that hold selected values: written by a selection, or by a
-    /// Transpose, or by an elementwise op that reads one selected value and otherwise only tensors from outside
-    /// the kernel (a scale, a bias). Any other member reading them is refused: after a selection the epilogue
+    /// Transpose, or by an elementwise op that reads one selected value (and writes as many elements) and
+    /// otherwise only tensors from outside the kernel (a scale, a bias). Any other member reading them is refused: after a selection the epilogue
     /// still maps each element of the anchor's result to at most one element of each output, it never combines
     /// two of them.
     fn selected(&self, d: &Dense<'_>, a: u32, b: u32, anchor: u32) -> Result<Vec<u32>, Reject> {
@@ -742,15 +742,18 @@ impl Groups {
         let mut selected: Vec<u32> = Vec::new();
         for &m in &members {
             let ins = d.inputs(m);
-            let picked = ins.iter().filter(|&&t| selected.contains(&through_views(d, t))).count();
+            let picked: Vec<u32> = ins.iter().copied().filter(|&t| selected.contains(&through_views(d, t))).collect();
+            // An elementwise op routes when it maps the selected elements one to one (no broadcast past them).
+            let same_size = |&t: &u32| d.outputs(m).iter().all(|&o| d.numel[o as usize] == d.numel[t as usize]);
             let routes = is_selection(d, m)
-                || (picked > 0 && matches!(d.op(m), Op::Transpose { .. }))
-                || (picked == 1
+                || (!picked.is_empty() && matches!(d.op(m), Op::Transpose { .. }))
+                || (picked.len() == 1
+                    && picked.iter().all(same_size)
                     && d.op(m).category() == OpCategory::Elementwise
                     && ins.iter().filter(|&&t| inside(t)).count() == 1);
             if routes {
                 selected.extend_from_slice(d.outputs(m));
-            } else if picked > 0 {
+            } else if !picked.is_empty() {
                 return reject(RejectReason::Pattern, Why::SelectCompute { node: m, anchor });
             }
         }

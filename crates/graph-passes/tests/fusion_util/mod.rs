@@ -286,9 +286,14 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                     && node.inputs.get(1).is_some_and(|&t| {
                         g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
                     });
+                let same_size = node
+                    .inputs
+                    .iter()
+                    .filter(|&&t| selected.contains(&source(t)))
+                    .all(|&t| node.outputs.iter().all(|&o| g.tensor(o).shape.numel() == g.tensor(t).shape.numel()));
                 let routes = is_sel
                     || (picked > 0 && matches!(node.op, Op::Transpose { .. }))
-                    || (picked == 1 && node.op.category() == OpCategory::Elementwise && inside == 1);
+                    || (picked == 1 && same_size && node.op.category() == OpCategory::Elementwise && inside == 1);
                 if routes {
                     selected.extend(node.outputs.iter().copied());
                 } else {
