@@ -107,7 +107,7 @@ fn block(heads: usize, s: usize, d: usize, scale: Scale, mask: Mask) -> ComputeG
     g
 }
 
-/// The graphs every test runs: 70 keys (one full tile and a partial one), every scale and mask form; with
+/// The graphs every test runs: 70 keys (one full tile and a partial one), a single key, every scale and mask form; with
 /// `true`, planned with `layout_epilogue` on as well (off in this backend's caps), so that the head-merge
 /// Transpose joins the attention kernel and its output is written through the permutation.
 fn graphs() -> Vec<(ComputeGraph, bool)> {
@@ -116,6 +116,8 @@ fn graphs() -> Vec<(ComputeGraph, bool)> {
         (block(2, 70, 8, Scale::MulLeft, Mask::Causal), false),
         (block(1, 70, 4, Scale::None, Mask::None), false),
         (block(3, 5, 4, Scale::Div, Mask::None), false),
+        // A 1x1 score matrix scaled from the left: both Mul operands are scalars.
+        (block(1, 1, 1, Scale::MulLeft, Mask::None), false),
         (block(2, 70, 8, Scale::Div, Mask::Computed), true),
     ]
 }

@@ -78,24 +78,35 @@ fn walk_scores(k: &Kernel, v: ValueId) -> Option<(Option<usize>, Option<usize>, 
     let body = &k.body;
     let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
     let scalar = |v: &ValueId| k.values.get(v.index()).is_some_and(|x| x.shape.0.iter().product::<usize>() == 1);
-    let (mut scale, mut cast) = (None, None);
-    let mut at = producer(v)?;
+    // `[Cast] <- MatMul` from value `v`.
+    let below_cast = |v: ValueId| {
+        let mut at = producer(v)?;
+        let mut cast = None;
+        if matches!(body[at].op, Op::Cast { .. }) {
+            cast = Some(at);
+            at = producer(*body[at].inputs.first()?)?;
+        }
+        matches!(body[at].op, Op::MatMul).then_some((cast, at))
+    };
+    let at = producer(v)?;
     if matches!(body[at].op, Op::Mul | Op::Div) {
         let ins = &body[at].inputs;
-        let operand = match body[at].op {
-            Op::Div if ins.len() == 2 && scalar(&ins[1]) => ins[0],
-            Op::Mul if ins.len() == 2 && scalar(&ins[1]) => ins[0],
-            Op::Mul if ins.len() == 2 && scalar(&ins[0]) => ins[1],
+        // The scores operand; when both are scalars (a 1x1 score matrix), the one that leads down to a MatMul.
+        let candidates: &[usize] = match body[at].op {
+            Op::Div if ins.len() == 2 && scalar(&ins[1]) => &[0],
+            Op::Mul if ins.len() == 2 => match (scalar(&ins[0]), scalar(&ins[1])) {
+                (true, true) => &[0, 1],
+                (false, true) => &[0],
+                (true, false) => &[1],
+                (false, false) => return None,
+            },
             _ => return None,
         };
-        scale = Some(at);
-        at = producer(operand)?;
+        let (cast, m1) = candidates.iter().find_map(|&i| below_cast(ins[i]))?;
+        return Some((Some(at), cast, m1));
     }
-    if matches!(body[at].op, Op::Cast { .. }) {
-        cast = Some(at);
-        at = producer(*body[at].inputs.first()?)?;
-    }
-    matches!(body[at].op, Op::MatMul).then_some((scale, cast, at))
+    let (cast, m1) = below_cast(v)?;
+    Some((None, cast, m1))
 }
 
 /// Find the chain (the planner's `fusion/attention.rs` matcher, on the kernel program).

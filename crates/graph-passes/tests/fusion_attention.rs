@@ -476,3 +476,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_one_by_one_score_matrix_scaled_from_the_left_is_still_one_chain() {
+    // s = d = 1: the scores are a scalar too, so `Mul(inv_sqrt_d, scores)` has two scalar operands; the scores
+    // are the one that leads down to the MatMul (CI found this: the walk took the constant and missed the chain).
+    for scale in [Some(false), Some(true)] {
+        let (g, scores) = block(1, 1, 1, Variant { scale, mask: Mask::None });
+        let p = fuse(&g, &FusionOptions::default());
+        check(&g, &p, &FusionCaps::all());
+        assert_eq!(p.groups.len(), 5, "{scale:?}: {:?}", names(&g, &p));
+        assert_eq!(p.stats.merges_attention, 1);
+        assert!(!p.is_materialized(&g, scores));
+        agrees(&g, 3);
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let (rg, p) = fuse_half(&g, precision);
+            assert_eq!(p.stats.merges_attention, 1, "{precision}: {:?}", names(&rg, &p));
+            agrees_half(&g, precision, 3);
+        }
+    }
+}

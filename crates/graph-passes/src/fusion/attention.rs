@@ -86,28 +86,41 @@ struct Below {
     scores: u32,
 }
 
-fn walk_scores(d: &Dense<'_>, mut t: u32) -> Option<Below> {
-    let (mut scale, mut cast) = (NONE, NONE);
-    let mut node = producer(d, t);
+fn walk_scores(d: &Dense<'_>, t: u32) -> Option<Below> {
+    let node = producer(d, t);
     if node != NONE && matches!(d.op(node), Op::Mul | Op::Div) {
         let ins = d.inputs(node);
         let scalar = |u: u32| d.numel[u as usize] == 1;
-        let k = match d.op(node) {
-            Op::Div if ins.len() == 2 && scalar(ins[1]) => 0,
-            Op::Mul if ins.len() == 2 && scalar(ins[1]) => 0,
-            Op::Mul if ins.len() == 2 && scalar(ins[0]) => 1,
+        // The scores operand: the one the other (a scalar) scales. When both are scalars (a 1x1 score matrix)
+        // the scores are the operand that leads down to a MatMul, whichever side it is on.
+        let candidates: &[usize] = match d.op(node) {
+            Op::Div if ins.len() == 2 && scalar(ins[1]) => &[0],
+            Op::Mul if ins.len() == 2 => match (scalar(ins[0]), scalar(ins[1])) {
+                (true, true) => &[0, 1],
+                (false, true) => &[0],
+                (true, false) => &[1],
+                (false, false) => return None,
+            },
             _ => return None,
         };
-        scale = node;
-        t = ins[k];
-        node = producer(d, t);
+        return candidates.iter().find_map(|&k| {
+            let below = walk_cast(d, ins[k])?;
+            Some(Below { scale: node, ..below })
+        });
     }
+    walk_cast(d, t)
+}
+
+/// `[Cast] <- MatMul`, walking back from tensor `t`.
+fn walk_cast(d: &Dense<'_>, mut t: u32) -> Option<Below> {
+    let mut cast = NONE;
+    let mut node = producer(d, t);
     if node != NONE && matches!(d.op(node), Op::Cast { .. }) {
         cast = node;
         t = *d.inputs(node).first()?;
         node = producer(d, t);
     }
-    (node != NONE && matches!(d.op(node), Op::MatMul)).then_some(Below { scale, cast, m1: node, scores: t })
+    (node != NONE && matches!(d.op(node), Op::MatMul)).then_some(Below { scale: NONE, cast, m1: node, scores: t })
 }
 
 /// Match the chain around Softmax node `s`.
