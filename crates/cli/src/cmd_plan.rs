@@ -168,7 +168,19 @@ pub struct PlanArgs {
 pub fn build_checked(g: &ComputeGraph, opts: &PlanOptions) -> Result<(ExecutionPlan, f64)> {
     let t0 = Instant::now();
     let plan = ExecutionPlan::build_with(g, opts)?;
-    let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+    checked(plan, t0.elapsed().as_secs_f64() * 1e3)
+}
+
+/// [`build_checked`] on a graph the caller is done with (`ExecutionPlan::build_owned`: a half-precision
+/// transform edits it in place instead of copying it).
+pub fn build_checked_owned(g: ComputeGraph, opts: &PlanOptions) -> Result<(ExecutionPlan, f64)> {
+    let t0 = Instant::now();
+    let plan = ExecutionPlan::build_owned(g, opts)?;
+    checked(plan, t0.elapsed().as_secs_f64() * 1e3)
+}
+
+/// `plan` with its build time, or the violations `verify` finds in it.
+fn checked(plan: ExecutionPlan, compile_ms: f64) -> Result<(ExecutionPlan, f64)> {
     if let Err(violations) = verify(&plan) {
         let first: Vec<String> = violations.iter().take(3).map(ToString::to_string).collect();
         let detail = format!("the plan fails verify ({} violations; first: {})", violations.len(), first.join("; "));
@@ -224,7 +236,9 @@ pub fn run(a: &PlanArgs) -> Result<()> {
         println!("{text}");
         return Ok(());
     }
-    let (plan, compile_ms) = build_checked(&g, &opts)?;
+    // `--explain-fusion` runs the pipeline again on the graph; otherwise the plan takes it.
+    let kept = a.explain_fusion.then(|| g.clone());
+    let (plan, compile_ms) = build_checked_owned(g, &opts)?;
     progress.finish();
     if let Some(path) = &a.memory_svg {
         let svg = crate::viz::memory_svg(&plan);
@@ -243,7 +257,7 @@ pub fn run(a: &PlanArgs) -> Result<()> {
             Format::Json => out = plan.to_json(),
         }
     }
-    if a.explain_fusion {
+    if let Some(g) = kept {
         let r = run_pipeline(&g, &opts, Some(Pass::Fusion))?;
         let text = crate::viz::explain::fusion_text(r.graph(&g), r.fusion.as_ref().context("no fusion plan")?);
         if a.report || a.format == Format::Json {

@@ -86,6 +86,13 @@ pub enum GraphError {
         /// The tensor.
         tensor: String,
     },
+    /// A [`crate::GraphEdit`] was used out of order (a node placed twice or before its inputs' producers, a node
+    /// never placed, a source retyped without the data it needs).
+    #[error("graph edit: {detail}")]
+    Edit {
+        /// What was wrong.
+        detail: String,
+    },
     /// A tensor id does not belong to this graph.
     #[error("tensor id {id} does not belong to graph '{graph}'")]
     ForeignTensor {

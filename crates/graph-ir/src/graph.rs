@@ -16,6 +16,9 @@ use crate::op::{Op, OpCategory};
 use crate::shape::MAX_RANK;
 use crate::{DType, Shape, TensorSpec};
 
+mod edit;
+pub use edit::GraphEdit;
+
 new_key_type! {
     /// Key of a tensor in its graph.
     pub struct TensorId;
@@ -170,6 +173,14 @@ impl ComputeGraph {
         self.node_by_name.reserve(nodes);
         self.tensors.reserve(tensors);
         self.tensor_by_name.reserve(tensors);
+    }
+
+    /// [`ComputeGraph::reserve`] plus headroom for the nodes and tensors a later in-place rewrite splices in
+    /// (a quarter more, as [`GraphEdit`] does for a precision transform's casts): importers call this, so that the
+    /// rewrite does not grow and rehash the name maps it has just filled.
+    pub fn reserve_with_headroom(&mut self, nodes: usize, tensors: usize) {
+        let extra = nodes / 4 + 16;
+        self.reserve(nodes.saturating_add(extra), tensors.saturating_add(extra));
     }
 
     /// The graph's name.

@@ -597,7 +597,7 @@ impl Window {
         let n = kernel.len();
         let strides = spatial(strides, n, 1, "strides")?;
         let dilations = spatial(dilations, n, 1, "dilations")?;
-        let pads = pads_of(pads, n)?;
+        let mut pads_begin = pads_of(pads, n)?;
         if strides.contains(&0) {
             return attr_err("strides", "must be >= 1");
         }
@@ -607,13 +607,8 @@ impl Window {
         if kernel.contains(&0) {
             return attr_err("kernel_shape", "must be >= 1");
         }
-        Ok(Window {
-            kernel: kernel.to_vec(),
-            strides,
-            pads_begin: pads[..n].to_vec(),
-            pads_end: pads[n..].to_vec(),
-            dilations,
-        })
+        let pads_end = pads_begin.split_off(n);
+        Ok(Window { kernel: kernel.to_vec(), strides, pads_begin, pads_end, dilations })
     }
 
     /// Output extent along spatial axis `i` for input extent `input`.
@@ -672,7 +667,8 @@ fn conv(inp: &[(DType, &Shape)], a: &ConvAttrs) -> R<Vec<TensorSpec>> {
         }
     }
     let w = Window::resolve(&sw.0[2..], &a.strides, &a.pads, &a.dilations)?;
-    let mut out = vec![n, m];
+    let mut out = Vec::with_capacity(sx.rank());
+    out.extend([n, m]);
     for (i, &d) in sx.0[2..].iter().enumerate() {
         out.push(w.out_extent(i, d, false)?);
     }

@@ -293,7 +293,7 @@ impl GraphDoc {
                 limit: limits.max_nodes as u64,
             });
         }
-        g.reserve(self.nodes.len(), self.nodes.len() + self.inputs.len() + self.weights.len());
+        g.reserve_with_headroom(self.nodes.len(), self.nodes.len() + self.inputs.len() + self.weights.len());
         for t in &self.inputs {
             g.add_input(&t.name, t.dtype, to_shape(&t.name, &bind(t, self.version, dims)?)?)?;
         }

@@ -25,6 +25,6 @@ pub mod synth;
 pub use cost::OpCost;
 pub use dtype::DType;
 pub use error::{GraphError, GraphResult};
-pub use graph::{ComputeGraph, Limits, Node, NodeId, Tensor, TensorId, TensorRole};
+pub use graph::{ComputeGraph, GraphEdit, Limits, Node, NodeId, Tensor, TensorId, TensorRole};
 pub use op::{Op, OpCategory, TensorSpec};
 pub use shape::Shape;

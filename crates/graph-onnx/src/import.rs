@@ -121,7 +121,7 @@ pub(crate) fn build(parsed: Parsed, opts: &ImportOptions) -> Result<OnnxModel, O
         stats: ImportStats { onnx_nodes: gp.node.len(), ..ImportStats::default() },
     };
     // Sizes known up front (bounded by what was parsed, and capped by the limits): no regrowing name maps.
-    imp.graph.reserve(gp.node.len(), gp.node.len() + initializers.len() + inputs.len());
+    imp.graph.reserve_with_headroom(gp.node.len(), gp.node.len() + initializers.len() + inputs.len());
 
     for input in inputs {
         let dtype = dtype_of(input.dtype).ok_or_else(|| OnnxError::UnsupportedDtype {

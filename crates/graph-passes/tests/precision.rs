@@ -30,6 +30,23 @@ fn built(g: &ComputeGraph, o: &PlanOptions) -> ExecutionPlan {
     p
 }
 
+/// A plan's JSON without its pass timings (which differ between two builds of the same plan).
+fn untimed(p: &ExecutionPlan) -> serde_json::Value {
+    let mut v: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.remove("pass_ms");
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
 /// `x [1, 4096] * 1e5 -> Softmax`: logits up to 1e5, past f16's 65504.
 fn large_logits() -> ComputeGraph {
     let mut g = ComputeGraph::new("softmax_logits");
@@ -273,6 +290,10 @@ proptest! {
         rg.validate().unwrap();
         let plan = built(&g, &o);
         let f32_plan = built(&g, &PlanOptions::with_streams(streams));
+        // The CLI's path (the transform edits the graph it is given) makes the same plan.
+        let owned = ExecutionPlan::build_owned(g.clone(), &o).unwrap();
+        verify(&owned).unwrap();
+        prop_assert_eq!(untimed(&owned), untimed(&plan));
         // No launch exists only to cast. (Launch counts equal to f32's are measured on the real models,
         // docs/precision.md: on a random DAG the extra nodes may tip the greedy fusion either way.)
         for k in plan.kernels() {

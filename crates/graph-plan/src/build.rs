@@ -418,6 +418,24 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
     Ok(r)
 }
 
+/// [`run_pipeline`] through the stream pass on a graph the caller gives up, for a precision other than the
+/// identity: the transform edits the graph in place (`precision::transform_owned`) instead of copying it.
+fn run_pipeline_owned(graph: ComputeGraph, opts: &PlanOptions) -> PlanResult<PipelineResult> {
+    opts.validate()?;
+    graph.validate()?;
+    // The debug checks compare the rewrite with its input, which the edit consumes.
+    let input = crate::pass_checks::ON.then(|| graph.clone());
+    let mut clock = PassClock::default();
+    let (rewritten, report) = clock.run_named("precision", || precision::transform_owned(graph, &opts.precision))?;
+    if let Some(input) = &input {
+        crate::pass_checks::after_precision(input, &rewritten)?;
+    }
+    let mut r = run_passes(&rewritten, opts, None, clock)?;
+    r.rewritten = Some(rewritten);
+    r.precision = Some(report);
+    Ok(r)
+}
+
 /// The passes from topo on, over the graph they plan.
 fn run_passes(
     graph: &ComputeGraph,
@@ -596,6 +614,19 @@ impl ExecutionPlan {
         let _span = tracing::info_span!("build", graph = graph.name()).entered();
         let r = run_pipeline(graph, opts, None)?;
         Self::finish(graph, &r)
+    }
+
+    /// [`ExecutionPlan::build_with`] on a graph the caller gives up (the CLI, which plans a graph it loaded and
+    /// drops it): the same plan, but under a half precision the transform edits the graph in place rather than
+    /// copying it, which keeps the half plan's compile time near the f32 plan's.
+    pub fn build_owned(graph: ComputeGraph, opts: &PlanOptions) -> PlanResult<Self> {
+        if opts.precision.is_identity() {
+            return Self::build_with(&graph, opts);
+        }
+        let _span = tracing::info_span!("build", graph = graph.name()).entered();
+        let r = run_pipeline_owned(graph, opts)?;
+        let rewritten = r.rewritten.as_ref().ok_or_else(|| bug("pipeline", "the owned pipeline lost its graph"))?;
+        Self::finish(rewritten, &r)
     }
 
     /// Lower, emit and report a pipeline run through the stream pass — one a caller may have changed, e.g. with

@@ -11,7 +11,8 @@ use graph_passes::memory::MemoryPlan;
 use graph_passes::stream::StreamPlan;
 use graph_passes::{InternalError, PlanError, PlanResult};
 
-const ON: bool = cfg!(debug_assertions);
+/// Whether the checks run (debug and test builds).
+pub(crate) const ON: bool = cfg!(debug_assertions);
 
 fn bug(pass: &'static str, detail: String) -> PlanError {
     PlanError::Internal(InternalError::new(pass, detail))

@@ -164,7 +164,12 @@ impl PrecisionSection {
         self.nodes
             .iter()
             .map(|n| {
-                [n.node.clone(), n.op.clone(), n.dtype.map_or("-".to_string(), |d| d.to_string()), n.rule.to_string()]
+                [
+                    n.node.clone(),
+                    n.op.to_string(),
+                    n.dtype.map_or("-".to_string(), |d| d.to_string()),
+                    n.rule.to_string(),
+                ]
             })
             .collect()
     }

@@ -45,15 +45,13 @@
 //! O(N + E) over nodes and edges (the softmax-input walk visits each node at most once), plus one regex match
 //! per node and pattern.
 
-use graph_ir::infer::infer;
-use graph_ir::{ComputeGraph, DType, GraphError, NodeId, Op, OpCategory, TensorId, TensorRole};
+use graph_ir::{ComputeGraph, DType, GraphEdit, GraphError, NodeId, Op, OpCategory, TensorId, TensorRole};
 use serde::{Deserialize, Serialize};
 use slotmap::SecondaryMap;
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use thiserror::Error;
-
-use crate::topo;
 
 /// The storage precision a plan is built for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -334,8 +332,8 @@ impl fmt::Display for PrecisionRule {
 pub struct NodePrecision {
     /// The node's name (in the rewritten graph; original nodes keep their names).
     pub node: String,
-    /// Its op type.
-    pub op: String,
+    /// Its op type (an `Op::NAMES` entry, borrowed: the report names every node of the graph).
+    pub op: Cow<'static, str>,
     /// The dtype of its first floating-point output (`None`: no float output).
     pub dtype: Option<DType>,
     /// The rule that chose it.
@@ -375,20 +373,23 @@ pub fn node_counts(graph: &ComputeGraph) -> Vec<(String, usize)> {
 
 /// The policy with its patterns compiled.
 struct Compiled {
-    ops: HashSet<String>,
+    /// Op names (`Op::NAMES` entries; a handful, so a scan beats hashing every node's op name).
+    ops: Vec<&'static str>,
     patterns: Vec<(String, regex::Regex)>,
     softmax_input: bool,
 }
 
 fn compile(policy: &PrecisionPolicy) -> Result<Compiled, PrecisionError> {
-    let mut c = Compiled { ops: HashSet::new(), patterns: Vec::new(), softmax_input: false };
+    let mut c = Compiled { ops: Vec::new(), patterns: Vec::new(), softmax_input: false };
     for e in &policy.keep_f32 {
         match e {
             KeepEntry::Op(o) => {
-                if !Op::NAMES.contains(&o.as_str()) {
+                let Some(&name) = Op::NAMES.iter().find(|&&n| n == o) else {
                     return Err(PrecisionError::UnknownOp { entry: o.clone(), did_you_mean: None });
+                };
+                if !c.ops.contains(&name) {
+                    c.ops.push(name);
                 }
-                c.ops.insert(o.clone());
             }
             KeepEntry::Pattern(p) => c.patterns.push((p.clone(), compile_pattern(p)?)),
             KeepEntry::SoftmaxInput => c.softmax_input = true,
@@ -409,25 +410,154 @@ enum Want {
 }
 
 /// Rewrite `graph` under `policy`; the input is untouched. With `Fp32` the result is a copy of the graph.
+/// A caller that owns its graph and no longer needs it should call [`transform_owned`], which saves the copy.
 pub fn transform(
     graph: &ComputeGraph,
+    policy: &PrecisionPolicy,
+) -> Result<(ComputeGraph, PrecisionReport), GraphError> {
+    // Compile the policy first: a malformed one is refused before the graph is copied.
+    compile(policy)?;
+    transform_owned(graph.clone(), policy)
+}
+
+/// [`transform`] on a graph the caller gives up: the rewrite edits it in place ([`ComputeGraph::edit`]), moving
+/// every name and shape instead of copying them into a second graph.
+pub fn transform_owned(
+    graph: ComputeGraph,
     policy: &PrecisionPolicy,
 ) -> Result<(ComputeGraph, PrecisionReport), GraphError> {
     let _span = tracing::debug_span!("precision").entered();
     let c = compile(policy)?;
     let half = policy.precision.dtype();
-    let order = topo::analyse(graph)?.order;
-    let f32_float = |t: TensorId| graph.tensor(t).dtype == DType::F32;
+    // Creation order is a topological order (a node can only read tensors that exist): the given order.
+    let order: Vec<NodeId> = graph.node_ids().collect();
+    let convert_io = policy.io_half && half != DType::F32;
+    let Decided { mut decision, sources, facts } = decide(&graph, &c, policy, &order);
 
-    // 1. The decision per node.
-    let mut decision: SecondaryMap<NodeId, (Want, PrecisionRule)> = SecondaryMap::new();
+    // 2. Sources.
+    let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
+    let mut e = graph.edit();
+    for t in sources {
+        let x = e.tensor(t);
+        let data = match x.role {
+            TensorRole::Constant => x.data.as_ref().map(|b| convert_f32_bytes(b, half)),
+            _ => None,
+        };
+        report.sources_converted += usize::from(x.role != TensorRole::Input);
+        e.retype_source(t, half, data)?;
+    }
+
+    // 3. Nodes in order, with casts where a reader wants another dtype.
+    let mut shared: HashMap<(TensorId, DType), TensorId> = HashMap::new();
+    // Graph outputs renamed for a cast to their declared dtype: their original names, which casts are named after.
+    let mut renamed: HashMap<TensorId, String> = HashMap::new();
+    let mut ins: Vec<TensorId> = Vec::new();
     for &n in &order {
+        let (want, rule) = decision.remove(n).unwrap_or((Want::Declared, PrecisionRule::AsDeclared));
+        ins.clear();
+        for i in 0..e.node(n).inputs.len() {
+            let t = e.node(n).inputs[i];
+            let have = e.tensor(t).dtype;
+            let target = match want {
+                Want::Any => None,
+                Want::Declared => Some(facts[t].dtype),
+                Want::Is(d) => (facts[t].dtype == DType::F32).then_some(d),
+            };
+            let Some(target) = target.filter(|&d| d != have) else {
+                ins.push(t);
+                continue;
+            };
+            let narrowing = target != DType::F32;
+            let share =
+                if narrowing { facts[t].kernel_producer } else { e.node(n).op.category() == OpCategory::Anchor };
+            let key = (t, target);
+            let cast = match shared.get(&key) {
+                Some(&c) if share => c,
+                _ => {
+                    let base = renamed.get(&t).unwrap_or(&e.tensor(t).name);
+                    let cname = if share {
+                        fresh(&e, &format!("{base}.to_{target}"))
+                    } else {
+                        fresh(&e, &format!("{base}.to_{target}.{}", e.node(n).name))
+                    };
+                    let c = insert_cast(&mut e, &mut report, cname.clone(), t, &cname, target)?;
+                    if share {
+                        shared.insert(key, c);
+                    }
+                    c
+                }
+            };
+            ins.push(cast);
+        }
+        let node = e.node(n);
+        let op = match (&node.op, want) {
+            (Op::Cast { to: DType::F32 }, Want::Is(d)) if d != DType::F32 => Some(Op::Cast { to: d }),
+            _ => None,
+        };
+        let entry = |dtype| NodePrecision { node: node.name.clone(), op: Cow::Borrowed(node.op.name()), dtype, rule };
+        // A view that writes a graph output of another dtype than its half source: cast the source instead and
+        // replay the views on the cast, so that the cast joins the source's kernel (a cast after a view that
+        // kernel cannot write, e.g. a reshape across a reduction's rows, would launch alone).
+        if let ([o], [i], true) = (&node.outputs[..], &ins[..], node.op.is_view()) {
+            let declared = facts[*o].dtype;
+            let have = e.tensor(*i).dtype;
+            let keeps_half = convert_io && declared == DType::F32 && have == half;
+            if facts[*o].output && have != declared && !keeps_half && have.is_float() && declared.is_float() {
+                let entry = entry(Some(declared));
+                let i = *i;
+                let widened = cast_view_source(&mut e, &mut report, i, declared)?;
+                e.place(n, op, &[widened])?;
+                report.nodes.push(entry);
+                continue;
+            }
+        }
+        let mut entry = entry(None);
+        e.place(n, op, &ins)?;
+        // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
+        entry.dtype = e.node(n).outputs.iter().map(|&o| e.tensor(o).dtype).find(|d| d.is_float());
+        report.nodes.push(entry);
+        for i in 0..e.node(n).outputs.len() {
+            let o = e.node(n).outputs[i];
+            let got = e.tensor(o).dtype;
+            let declared = facts[o].dtype;
+            let declared = if convert_io && declared == DType::F32 && got == half { half } else { declared };
+            if !facts[o].output || got == declared {
+                continue;
+            }
+            let oname = e.tensor(o).name.clone();
+            e.rename_tensor(o, &fresh(&e, &format!("{oname}.{got}")))?;
+            let cname = fresh(&e, &format!("{oname}.cast_out"));
+            let c = insert_cast(&mut e, &mut report, cname, o, &oname, declared)?;
+            e.replace_output(o, c)?;
+            renamed.insert(o, oname);
+        }
+    }
+    Ok((e.finish()?, report))
+}
+
+/// The transform's decisions, made on the input graph before the edit changes it.
+struct Decided {
+    /// What each node wants its float inputs to be, and the rule that chose it.
+    decision: SecondaryMap<NodeId, (Want, PrecisionRule)>,
+    /// The inputs, weights and constants to store in the half type.
+    sources: Vec<TensorId>,
+    /// What the rewrite needs to know of each tensor of the input graph.
+    facts: SecondaryMap<TensorId, Fact>,
+}
+
+#[inline(never)]
+/// The decision per node (rules 1-4, with rule 4 and the sources' dtypes iterated to their fixpoint).
+fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &[NodeId]) -> Decided {
+    let half = policy.precision.dtype();
+    let convert_io = policy.io_half && half != DType::F32;
+    let mut decision: SecondaryMap<NodeId, (Want, PrecisionRule)> = SecondaryMap::with_capacity(order.len());
+    for &n in order {
         let node = graph.node(n);
         let d = if node.op.is_view() || matches!(node.op, Op::Memcpy { .. }) {
             (Want::Any, PrecisionRule::FollowsInput)
         } else if !convertible(graph, n) || policy.precision == Precision::Fp32 {
             (Want::Declared, PrecisionRule::AsDeclared)
-        } else if c.ops.contains(node.op.name()) {
+        } else if c.ops.contains(&node.op.name()) {
             (Want::Is(DType::F32), PrecisionRule::KeepOp { op: node.op.name().to_string() })
         } else if let Some((p, _)) = c.patterns.iter().find(|(_, r)| r.is_match(&node.name)) {
             (Want::Is(DType::F32), PrecisionRule::KeepPattern { pattern: p.clone() })
@@ -437,211 +567,113 @@ pub fn transform(
         decision.insert(n, d);
     }
     if c.softmax_input {
-        mark_softmax_inputs(graph, &order, &mut decision);
+        mark_softmax_inputs(graph, order, &mut decision);
     }
     // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
     // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
-    let convert_io = policy.io_half && half != DType::F32;
-    let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
-        graph.weights().iter().chain(graph.inputs()).map(|&w| (w, kernel_readers(graph, w))).collect();
-    let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
-        let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
-        half != DType::F32
-            && graph.tensor(t).dtype == DType::F32
-            && !readers.is_empty()
-            && readers.iter().all(|&r| decision[r].0 == Want::Is(half))
-    };
-    // With `--io-precision half`, an f32 graph input is stored half unless an anchor that computes in f32 reads
-    // it: that anchor would need a widening cast with no producing kernel to fuse into, a launch only to cast.
-    // Such an input keeps its declared dtype (rule 4 then keeps its other anchors in f32 too).
-    let input_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
-        let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
-        convert_io
-            && graph.tensor(t).dtype == DType::F32
-            && readers
-                .iter()
-                .all(|&r| graph.node(r).op.category() != OpCategory::Anchor || decision[r].0 == Want::Is(half))
-    };
-    loop {
-        let mut changed = false;
-        for &n in &order {
-            let node = graph.node(n);
-            if decision[n].0 != Want::Is(half) || half == DType::F32 || node.op.category() != OpCategory::Anchor {
-                continue;
-            }
-            let f32_source = node.inputs.iter().map(|&t| source_through_views(graph, t)).find(|&s| {
-                let t = graph.tensor(s);
-                t.dtype == DType::F32
-                    && match t.role {
-                        TensorRole::Input => !input_half(&decision, s),
-                        TensorRole::Weight | TensorRole::Constant => !weight_half(&decision, s),
-                        _ => false,
-                    }
-            });
-            if let Some(s) = f32_source {
-                let tensor = graph.tensor(s).name.clone();
-                decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor });
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-
-    // 2. Source dtypes: inputs by the io setting, weights and constants by their readers.
-    let mut out = ComputeGraph::with_limits(graph.name(), graph.limits());
-    // The rewrite has the input's nodes and tensors plus its casts (a few per boundary): room for all of them
-    // up front, so the name maps are not regrown and rehashed node by node.
-    let extra = graph.num_nodes() / 4 + 16;
-    out.reserve(graph.num_nodes() + extra, graph.num_tensors() + extra);
-    let mut map: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
-    let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
-    for &t in graph.inputs() {
-        let tensor = graph.tensor(t);
-        let dtype = if input_half(&decision, t) { half } else { tensor.dtype };
-        map.insert(t, out.add_input(&tensor.name, dtype, tensor.shape.clone())?);
-    }
-    for &t in graph.weights() {
-        let tensor = graph.tensor(t);
-        let to_half = weight_half(&decision, t);
-        let dtype = if to_half { half } else { tensor.dtype };
-        report.sources_converted += usize::from(to_half);
-        let id = match (&tensor.role, &tensor.data) {
-            (TensorRole::Constant, Some(bytes)) => {
-                let data = if to_half { convert_f32_bytes(bytes, half) } else { bytes.to_vec() };
-                out.add_constant(&tensor.name, dtype, tensor.shape.clone(), data)?
-            }
-            _ => out.add_weight(&tensor.name, dtype, tensor.shape.clone())?,
+    {
+        let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
+            graph.weights().iter().chain(graph.inputs()).map(|&w| (w, kernel_readers(graph, w))).collect();
+        let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
+            let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+            half != DType::F32
+                && graph.tensor(t).dtype == DType::F32
+                && !readers.is_empty()
+                && readers.iter().all(|&r| decision[r].0 == Want::Is(half))
         };
-        map.insert(t, id);
-    }
-
-    // 3. Nodes in order, with casts where a reader wants another dtype.
-    let mut names = Names { old: graph, taken: HashSet::new() };
-    let mut shared: HashMap<(TensorId, DType), TensorId> = HashMap::new();
-    let outputs: HashSet<TensorId> = graph.outputs().iter().copied().collect();
-    let mut final_out: SecondaryMap<TensorId, TensorId> = SecondaryMap::new();
-    for &n in &order {
-        let node = graph.node(n);
-        let (want, rule) = decision[n].clone();
-        let mut ins = Vec::with_capacity(node.inputs.len());
-        for &t in &node.inputs {
-            let nt = map[t];
-            let have = out.tensor(nt).dtype;
-            let target = match want {
-                Want::Any => None,
-                Want::Declared => Some(graph.tensor(t).dtype),
-                Want::Is(d) => f32_float(t).then_some(d),
-            };
-            let Some(target) = target.filter(|&d| d != have) else {
-                ins.push(nt);
-                continue;
-            };
-            let narrowing = target != DType::F32;
-            let producer_kernel = kernel_producer(graph, t).is_some();
-            let share = if narrowing { producer_kernel } else { node.op.category() == OpCategory::Anchor };
-            let key = (t, target);
-            let cast = match shared.get(&key) {
-                Some(&c) if share => c,
-                _ => {
-                    let base = &graph.tensor(t).name;
-                    let cname = if share {
-                        names.fresh(&format!("{base}.to_{target}"))
-                    } else {
-                        names.fresh(&format!("{base}.to_{target}.{}", node.name))
-                    };
-                    let c = insert_cast(&mut out, &mut report, cname.clone(), nt, &cname, target)?;
-                    if share {
-                        shared.insert(key, c);
-                    }
-                    c
+        // With `--io-precision half`, an f32 graph input is stored half unless an anchor that computes in f32
+        // reads it: that anchor would need a widening cast with no producing kernel to fuse into, a launch only
+        // to cast. Such an input keeps its declared dtype (rule 4 then keeps its other anchors in f32 too).
+        let input_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
+            let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+            convert_io
+                && graph.tensor(t).dtype == DType::F32
+                && readers
+                    .iter()
+                    .all(|&r| graph.node(r).op.category() != OpCategory::Anchor || decision[r].0 == Want::Is(half))
+        };
+        loop {
+            let mut changed = false;
+            for &n in order {
+                let node = graph.node(n);
+                if decision[n].0 != Want::Is(half) || half == DType::F32 || node.op.category() != OpCategory::Anchor {
+                    continue;
                 }
-            };
-            ins.push(cast);
-        }
-        let op = match (&node.op, want) {
-            (Op::Cast { to: DType::F32 }, Want::Is(d)) => Op::Cast { to: d },
-            (op, _) => op.clone(),
-        };
-        // A view that writes a graph output of another dtype than its half source: cast the source instead and
-        // replay the views on the cast, so that the cast joins the source's kernel (a cast after a view that
-        // kernel cannot write, e.g. a reshape across a reduction's rows, would launch alone).
-        if let ([o], [i], true) = (&node.outputs[..], &ins[..], node.op.is_view()) {
-            let declared = graph.tensor(*o).dtype;
-            let have = out.tensor(*i).dtype;
-            let keeps_half = convert_io && declared == DType::F32 && have == half;
-            if outputs.contains(o) && have != declared && !keeps_half && have.is_float() && declared.is_float() {
-                let widened = cast_view_source(&mut out, &mut names, &mut report, *i, declared)?;
-                let new_out = out.add_node_named(&node.name, op, &[widened], &[&graph.tensor(*o).name])?[0];
-                report.nodes.push(NodePrecision {
-                    node: node.name.clone(),
-                    op: node.op.name().to_string(),
-                    dtype: Some(declared),
-                    rule,
+                let f32_source = node.inputs.iter().map(|&t| source_through_views(graph, t)).find(|&s| {
+                    let t = graph.tensor(s);
+                    t.dtype == DType::F32
+                        && match t.role {
+                            TensorRole::Input => !input_half(&decision, s),
+                            TensorRole::Weight | TensorRole::Constant => !weight_half(&decision, s),
+                            _ => false,
+                        }
                 });
-                map.insert(*o, new_out);
-                continue;
+                if let Some(s) = f32_source {
+                    let tensor = graph.tensor(s).name.clone();
+                    decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor });
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
             }
         }
-        // Output dtypes are needed before the node exists only where it writes a graph output.
-        let specs = if node.outputs.iter().any(|o| outputs.contains(o)) {
-            let s: Vec<(DType, &graph_ir::Shape)> =
-                ins.iter().map(|&t| (out.tensor(t).dtype, &out.tensor(t).shape)).collect();
-            infer(&op, &s).ok()
-        } else {
-            None
-        };
-        // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
-        let mut onames: Vec<String> = Vec::with_capacity(node.outputs.len());
-        let mut needs_cast = Vec::new();
-        for (i, &o) in node.outputs.iter().enumerate() {
-            let tensor = graph.tensor(o);
-            let got = specs.as_ref().and_then(|s| s.get(i)).map_or(tensor.dtype, |s| s.dtype);
-            let declared = if convert_io && tensor.dtype == DType::F32 && got == half { half } else { tensor.dtype };
-            if outputs.contains(&o) && got != declared {
-                onames.push(names.fresh(&format!("{}.{got}", tensor.name)));
-                needs_cast.push((i, declared));
-            } else {
-                onames.push(tensor.name.clone());
+        // The sources to retype (inputs by the io setting, weights and constants by their readers), and what the
+        // rewrite needs to know of the input graph once the edit has started changing it.
+        let inputs = graph.inputs().iter().filter(|&&t| input_half(&decision, t));
+        let weights = graph.weights().iter().filter(|&&t| weight_half(&decision, t));
+        let sources: Vec<TensorId> = inputs.chain(weights).copied().collect();
+        let mut facts: SecondaryMap<TensorId, Fact> = graph
+            .tensors()
+            .map(|(t, x)| (t, Fact { dtype: x.dtype, output: x.role == TensorRole::Output, kernel_producer: false }))
+            .collect();
+        // Whose bytes a kernel wrote, in one pass in order: a view's outputs hold its first input's bytes.
+        for &n in order {
+            let node = graph.node(n);
+            let kernel = match node.inputs.first() {
+                Some(&i) if node.op.is_view() => facts[i].kernel_producer,
+                _ => true,
+            };
+            for &o in &node.outputs {
+                facts[o].kernel_producer = kernel;
             }
         }
-        let refs: Vec<&str> = onames.iter().map(String::as_str).collect();
-        let new_outs = out.add_node_named(&node.name, op, &ins, &refs)?;
-        report.nodes.push(NodePrecision {
-            node: node.name.clone(),
-            op: node.op.name().to_string(),
-            dtype: new_outs.iter().map(|&t| out.tensor(t).dtype).find(|d| d.is_float()),
-            rule,
-        });
-        for (&o, &no) in node.outputs.iter().zip(&new_outs) {
-            map.insert(o, no);
-        }
-        for (i, declared) in needs_cast {
-            let o = node.outputs[i];
-            let oname = graph.tensor(o).name.clone();
-            let cname = names.fresh(&format!("{oname}.cast_out"));
-            let c = insert_cast(&mut out, &mut report, cname, new_outs[i], &oname, declared)?;
-            final_out.insert(o, c);
-        }
+        Decided { decision, sources, facts }
     }
-    for &o in graph.outputs() {
-        let t = final_out.get(o).copied().unwrap_or(map[o]);
-        out.mark_output(t)?;
+}
+
+/// What the rewrite needs to know of a tensor of the input graph.
+#[derive(Clone, Copy)]
+struct Fact {
+    /// Its declared dtype.
+    dtype: DType,
+    /// It is a graph output.
+    output: bool,
+    /// A kernel (not a view) wrote its bytes.
+    kernel_producer: bool,
+}
+
+/// `base`, or `base.1`, `base.2`, ...: the first name no tensor or node of the edited graph has.
+fn fresh(e: &GraphEdit, base: &str) -> String {
+    let mut name = base.to_string();
+    let mut i = 1;
+    while e.name_taken(&name) {
+        name = format!("{base}.{i}");
+        i += 1;
     }
-    Ok((out, report))
+    name
 }
 
 /// Adds node `name`, a cast of `src` to `to` writing tensor `output`, and records it in the report.
 fn insert_cast(
-    out: &mut ComputeGraph,
+    e: &mut GraphEdit,
     report: &mut PrecisionReport,
     name: String,
     src: TensorId,
     output: &str,
     to: DType,
 ) -> Result<TensorId, GraphError> {
-    let c = out.add_node_named(&name, Op::Cast { to }, &[src], &[output])?[0];
+    let c = e.add_node(&name, Op::Cast { to }, &[src], &[output])?[0];
     report.casts_inserted += 1;
     report.nodes.push(NodePrecision {
         node: name,
@@ -652,19 +684,18 @@ fn insert_cast(
     Ok(c)
 }
 
-/// `t` (a tensor of `out`) as `to`: a cast of the kernel result its views start from, with those views replayed on
-/// the cast under fresh names, so that the cast reads the kernel's own output.
+/// `t` (a tensor of the edited graph) as `to`: a cast of the kernel result its views start from, with those views
+/// replayed on the cast under fresh names, so that the cast reads the kernel's own output.
 fn cast_view_source(
-    out: &mut ComputeGraph,
-    names: &mut Names<'_>,
+    e: &mut GraphEdit,
     report: &mut PrecisionReport,
     t: TensorId,
     to: DType,
 ) -> Result<TensorId, GraphError> {
     let mut views = Vec::new();
     let mut src = t;
-    while let Some(p) = out.producer(src) {
-        let node = out.node(p);
+    while let Some(p) = e.producer(src) {
+        let node = e.node(p);
         match node.inputs.first() {
             Some(&i) if node.op.is_view() => {
                 views.push((node.name.clone(), node.op.clone()));
@@ -673,12 +704,12 @@ fn cast_view_source(
             _ => break,
         }
     }
-    let cname = names.fresh(&format!("{}.to_{to}", out.tensor(src).name));
-    let mut cur = insert_cast(out, report, cname.clone(), src, &cname, to)?;
+    let cname = fresh(e, &format!("{}.to_{to}", e.tensor(src).name));
+    let mut cur = insert_cast(e, report, cname.clone(), src, &cname, to)?;
     for (name, op) in views.into_iter().rev() {
-        let vname = names.fresh(&format!("{name}.{to}"));
-        let op_name = op.name().to_string();
-        cur = out.add_node_named(&vname, op, &[cur], &[&vname])?[0];
+        let vname = fresh(e, &format!("{name}.{to}"));
+        let op_name = Cow::Borrowed(op.name());
+        cur = e.add_node(&vname, op, &[cur], &[&vname])?[0];
         report.nodes.push(NodePrecision {
             node: vname,
             op: op_name,
@@ -720,16 +751,12 @@ fn source_through_views(graph: &ComputeGraph, mut t: TensorId) -> TensorId {
     t
 }
 
-/// The kernel node (not a view) whose bytes `t` holds, if any.
-fn kernel_producer(graph: &ComputeGraph, t: TensorId) -> Option<NodeId> {
-    graph.producer(source_through_views(graph, t))
-}
-
 /// The non-view nodes reading `t`, directly or through views.
 fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
-    let mut out = Vec::new();
+    let mut out: Vec<NodeId> = Vec::new();
     let mut stack = vec![t];
-    let mut seen = HashSet::new();
+    // Allocates only when a view reads `t`.
+    let mut seen: HashSet<NodeId> = HashSet::new();
     while let Some(t) = stack.pop() {
         for &c in graph.consumers(t) {
             let node = graph.node(c);
@@ -775,28 +802,6 @@ fn mark_softmax_inputs(
             decision[p] = (Want::Is(DType::F32), PrecisionRule::SoftmaxInput { softmax: node.name.clone() });
             stack.extend(pn.inputs.iter().copied().filter(|&i| graph.tensor(i).dtype.is_float()));
         }
-    }
-}
-
-/// Names for inserted nodes and tensors that collide with nothing in the old graph or among themselves.
-struct Names<'a> {
-    old: &'a ComputeGraph,
-    taken: HashSet<String>,
-}
-
-impl Names<'_> {
-    fn fresh(&mut self, base: &str) -> String {
-        let free = |s: &str, taken: &HashSet<String>| {
-            self.old.tensor_id(s).is_none() && self.old.node_id(s).is_none() && !taken.contains(s)
-        };
-        let mut name = base.to_string();
-        let mut i = 1;
-        while !free(&name, &self.taken) {
-            name = format!("{base}.{i}");
-            i += 1;
-        }
-        self.taken.insert(name.clone());
-        name
     }
 }
 
