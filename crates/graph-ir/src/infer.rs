@@ -504,18 +504,33 @@ fn matmul(inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
     if da == DType::Bool {
         return dtype_err("MatMul needs numeric inputs, got bool");
     }
-    if sa.rank() == 0 || sb.rank() == 0 {
-        return shape_err(format!("MatMul operands must have rank >= 1, got {sa} and {sb}"));
-    }
-    let a2: Vec<usize> = if sa.rank() == 1 { vec![1, sa.0[0]] } else { sa.0.clone() };
-    let b2: Vec<usize> = if sb.rank() == 1 { vec![sb.0[0], 1] } else { sb.0.clone() };
-    let (m, ka) = (a2[a2.len() - 2], a2[a2.len() - 1]);
-    let (kb, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    let rank0 = || shape_err(format!("MatMul operands must have rank >= 1, got {sa} and {sb}"));
+    // Batch axes and matrix extents, a vector operand promoted to a matrix (numpy's matmul rules).
+    let (ab, m, ka) = match &sa.0[..] {
+        [k] => (&[][..], 1, *k),
+        [batch @ .., m, k] => (batch, *m, *k),
+        [] => return rank0(),
+    };
+    let (bb, kb, n) = match &sb.0[..] {
+        [k] => (&[][..], *k, 1),
+        [batch @ .., k, n] => (batch, *k, *n),
+        [] => return rank0(),
+    };
     if ka != kb {
         return shape_err(format!("inner dimensions differ: {sa} x {sb} ({ka} vs {kb})"));
     }
-    let batch = bcast(&Shape(a2[..a2.len() - 2].to_vec()), &Shape(b2[..b2.len() - 2].to_vec()))?;
-    let mut out = batch;
+    // The batch axes broadcast (numpy's implicit leading ones), written straight into the output.
+    let rank = ab.len().max(bb.len());
+    let mut out = Vec::with_capacity(rank + 2);
+    let from_right = |d: &[usize], k: usize| if k < d.len() { d[d.len() - 1 - k] } else { 1 };
+    for k in (0..rank).rev() {
+        out.push(match (from_right(ab, k), from_right(bb, k)) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return shape_err(format!("cannot broadcast {} with {}", Shape(ab.to_vec()), Shape(bb.to_vec()))),
+        });
+    }
     if sa.rank() > 1 {
         out.push(m);
     }

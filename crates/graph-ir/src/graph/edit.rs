@@ -26,6 +26,8 @@ pub struct GraphEdit {
     pending: SecondaryMap<NodeId, ()>,
     /// Tensors written by placed nodes.
     ready: SecondaryMap<TensorId, ()>,
+    /// The dtype the input graph gave each tensor this edit has retyped.
+    was: SecondaryMap<TensorId, DType>,
 }
 
 impl ComputeGraph {
@@ -37,7 +39,7 @@ impl ComputeGraph {
         let extra = self.nodes.len() / 4 + 16;
         let order = Vec::with_capacity(self.nodes.len() + extra);
         let ready = SecondaryMap::with_capacity(self.tensors.len() + extra);
-        GraphEdit { g: self, order, pending, ready }
+        GraphEdit { g: self, order, pending, ready, was: SecondaryMap::new() }
     }
 }
 
@@ -117,6 +119,11 @@ impl GraphEdit {
                 limit: limits.max_tensor_bytes,
             });
         }
+        if x.dtype != dtype {
+            if let Some(e) = self.was.entry(t) {
+                e.or_insert(x.dtype);
+            }
+        }
         x.dtype = dtype;
         if let Some(d) = data {
             x.data = Some(Arc::from(d));
@@ -135,6 +142,22 @@ impl GraphEdit {
             return Err(edit_error(what));
         }
         self.check_inputs(&self.g.nodes[n].name, inputs)?;
+        // Inference is a function of the op and its operands' dtypes and shapes: a node with its own op whose
+        // operands have the dtypes and shapes its original inputs had keeps its outputs as they are.
+        let node = &self.g.nodes[n];
+        let dtype_was = |t: TensorId| self.was.get(t).copied().unwrap_or(self.g.tensors[t].dtype);
+        let same = op.is_none()
+            && node.inputs.len() == inputs.len()
+            && node.inputs.iter().zip(inputs).all(|(&old, &new)| {
+                let (a, b) = (&self.g.tensors[old], &self.g.tensors[new]);
+                b.dtype == dtype_was(old) && b.shape == a.shape
+            });
+        if same {
+            for &o in &node.outputs {
+                self.ready.insert(o, ());
+            }
+            return self.rewire(n, inputs);
+        }
         if let Some(op) = op {
             self.g.nodes[n].op = op;
         }
@@ -180,9 +203,20 @@ impl GraphEdit {
                     limit,
                 });
             }
+            if x.dtype != spec.dtype {
+                if let Some(e) = self.was.entry(o) {
+                    e.or_insert(x.dtype);
+                }
+            }
             x.dtype = spec.dtype;
             self.ready.insert(o, ());
         }
+        self.rewire(n, inputs)
+    }
+
+    /// Node `n` reads `inputs` from now on, and is placed next.
+    fn rewire(&mut self, n: NodeId, inputs: &[TensorId]) -> GraphResult<()> {
+        let node = &self.g.nodes[n];
         // Rewire the consumer lists (rebuilt in the new order by `finish`; kept exact meanwhile).
         if node.inputs == inputs {
             self.order.push(n);

@@ -572,8 +572,10 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
     // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
     // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
     {
-        let readers_of: SecondaryMap<TensorId, Vec<NodeId>> =
-            graph.weights().iter().chain(graph.inputs()).map(|&w| (w, kernel_readers(graph, w))).collect();
+        let mut readers_of: SecondaryMap<TensorId, Vec<NodeId>> = SecondaryMap::with_capacity(graph.num_tensors());
+        for &w in graph.weights().iter().chain(graph.inputs()) {
+            readers_of.insert(w, kernel_readers(graph, w));
+        }
         let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
             let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
             half != DType::F32
@@ -623,10 +625,10 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
         let inputs = graph.inputs().iter().filter(|&&t| input_half(&decision, t));
         let weights = graph.weights().iter().filter(|&&t| weight_half(&decision, t));
         let sources: Vec<TensorId> = inputs.chain(weights).copied().collect();
-        let mut facts: SecondaryMap<TensorId, Fact> = graph
-            .tensors()
-            .map(|(t, x)| (t, Fact { dtype: x.dtype, output: x.role == TensorRole::Output, kernel_producer: false }))
-            .collect();
+        let mut facts: SecondaryMap<TensorId, Fact> = SecondaryMap::with_capacity(graph.num_tensors());
+        for (t, x) in graph.tensors() {
+            facts.insert(t, Fact { dtype: x.dtype, output: x.role == TensorRole::Output, kernel_producer: false });
+        }
         // Whose bytes a kernel wrote, in one pass in order: a view's outputs hold its first input's bytes.
         for &n in order {
             let node = graph.node(n);
@@ -753,11 +755,12 @@ fn source_through_views(graph: &ComputeGraph, mut t: TensorId) -> TensorId {
 
 /// The non-view nodes reading `t`, directly or through views.
 fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
-    let mut out: Vec<NodeId> = Vec::new();
-    let mut stack = vec![t];
-    // Allocates only when a view reads `t`.
+    let mut out: Vec<NodeId> = Vec::with_capacity(graph.consumers(t).len());
+    // The stack and the seen set allocate only when a view reads `t` (the usual weight has one direct reader).
+    let mut stack: Vec<TensorId> = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
-    while let Some(t) = stack.pop() {
+    let mut next = Some(t);
+    while let Some(t) = next.take().or_else(|| stack.pop()) {
         for &c in graph.consumers(t) {
             let node = graph.node(c);
             if node.op.is_view() {
