@@ -200,6 +200,21 @@ proptest! {
         prop_assert_eq!(b.order_chosen.name() == "given", b.lower_bound_bytes == a.lower_bound_bytes);
     }
 
+    /// `memory::lower_bound` (the driver's Concat-elimination check, no packing) is the bound the memory pass
+    /// reports, on random DAGs (their Concats eliminated or not) and the inception family, any stream count.
+    #[test]
+    fn the_bound_without_packing_is_the_memory_pass_bound(n in 3usize..120, fan_in in 1usize..4, seed in 0u64..10_000,
+                                                           streams in 1usize..4, concat in any::<bool>()) {
+        for g in [synth::random_dag(n, fan_in, seed).unwrap(), synth::inception_like(1 + n % 3, 2 + n % 3).unwrap()] {
+            let mut o = opts(streams, true);
+            o.fusion.caps.concat_elimination = concat;
+            let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
+            let (fusion, groups, memory) = (r.fusion.unwrap(), r.groups.unwrap(), r.memory.unwrap());
+            let bound = graph_passes::memory::lower_bound(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+            prop_assert_eq!(bound, memory.lower_bound_bytes);
+        }
+    }
+
     /// Random DAGs, any stream count, fusion on or off, either order, concurrent lifetimes on or off: the plan verifies and computes the
     /// reference's outputs bitwise; the pool lies between the bound and the naive size.
     #[test]

@@ -10,8 +10,9 @@
 //!   pipeline result owns it ([`PipelineResult::graph`]);
 //! - **topo** (`graph_passes::topo`): graph -> a topological order of its nodes;
 //! - **fusion** (`graph_passes::fusion`): graph, order, target -> fused groups in execution order; when it
-//!   eliminated Concats (`FusionCaps::concat_elimination`), the memory pass runs with and without them and they
-//!   stay only when `lower_bound_bytes` does not rise (`settle_concats`, timed as fusion);
+//!   eliminated Concats (`FusionCaps::concat_elimination`), the memory bound (`memory::lower_bound`, no packing)
+//!   is computed with and without them and they stay only when it does not rise (`settle_concats`, timed as
+//!   fusion);
 //! - **groups** (`graph_passes::group_graph`): graph, order, fusion -> the facts every later pass shares (alias
 //!   roots, writer groups, data edges, readers);
 //! - **memory** (`graph_passes::memory`): graph, fusion, groups, target -> placements, pool, reuse edges;
@@ -317,13 +318,14 @@ fn fuse(
 ) -> PlanResult<Front> {
     let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &topo, &opts.fusion, target));
     crate::pass_checks::after_fusion(graph, &fusion)?;
-    let fusion = settle_concats(graph, &topo, fusion, opts, target, clock)?;
-    Front::with_fusion(graph, topo, fusion, clock)
+    settle_concats(graph, &topo, fusion, opts, target, clock)
 }
 
-/// `fusion` when its Concat eliminations do not raise the memory bound (the memory pass decides), else the
-/// fusion plan without them, with a `ConcatMemory` decision on each such Concat. The check's passes run off the
-/// pass clock and count as fusion time: the caller plans groups and memory again for the plan it keeps.
+/// The front for `fusion` when its Concat eliminations do not raise the memory bound, else for the fusion plan
+/// without them, with a `ConcatMemory` decision on each such Concat. The two are compared by
+/// `memory::lower_bound` (the bound the memory pass would report, without its packing); the caller plans memory
+/// once, for the front it gets. The check's time (both bounds, the second fusion and its group graph) counts as
+/// fusion time.
 fn settle_concats(
     graph: &ComputeGraph,
     topo: &TopoOrder,
@@ -331,30 +333,32 @@ fn settle_concats(
     opts: &PlanOptions,
     target: &Target,
     clock: &mut PassClock,
-) -> PlanResult<FusionPlan> {
+) -> PlanResult<Front> {
     if fusion.stats.concats_eliminated == 0 {
-        return Ok(fusion);
+        return Front::with_fusion(graph, topo.clone(), fusion, clock);
     }
+    let front = Front::with_fusion(graph, topo.clone(), fusion, clock)?;
     let mut scratch = PassClock::default();
     let t0 = Instant::now();
-    let mut front = Front::with_fusion(graph, topo.clone(), fusion, &mut scratch)?;
-    // (A pool over the limit with them counts as a rise: the plan without them reports its own error, if any.)
-    let with = front.plan_memory(graph, opts, target, &mut scratch).map_or(u64::MAX, |m| m.lower_bound_bytes);
+    // A bound over the pool limit counts as a rise (the plan without them reports its own error, if any).
+    let with = memory::lower_bound(graph, &front.fusion, &front.groups, target, &opts.memory)
+        .ok()
+        .filter(|&b| b <= opts.memory.max_pool_bytes)
+        .unwrap_or(u64::MAX);
     let mut off = opts.fusion.clone();
     off.caps.concat_elimination = false;
     let alt_fusion = fusion::analyse_for(graph, topo, &off, target);
     crate::pass_checks::after_fusion(graph, &alt_fusion)?;
     let mut alt = Front::with_fusion(graph, topo.clone(), alt_fusion, &mut scratch)?;
-    let without = alt.plan_memory(graph, opts, target, &mut scratch)?.lower_bound_bytes;
+    let without = memory::lower_bound(graph, &alt.fusion, &alt.groups, target, &opts.memory)?;
     clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
     if with <= without {
-        return Ok(front.fusion);
+        return Ok(front);
     }
     tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
-    let mut fusion = alt.fusion;
     for (n, node) in graph.nodes() {
         if front.fusion.is_eliminated(graph, n) {
-            fusion.decisions.push(fusion::FusionDecision {
+            alt.fusion.decisions.push(fusion::FusionDecision {
                 producer: node.name.clone(),
                 consumer: node.name.clone(),
                 rejected: Some(fusion::RejectReason::ConcatMemory),
@@ -368,7 +372,7 @@ fn settle_concats(
             });
         }
     }
-    Ok(fusion)
+    Ok(alt)
 }
 
 impl Front {
@@ -481,7 +485,12 @@ fn run_passes(
         let mut fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
         crate::pass_checks::after_fusion(graph, &fusion)?;
         // Whether Concat eliminations stay needs the memory pass: what the full pipeline would keep.
-        fusion = settle_concats(graph, &r.topo, fusion, opts, &target, &mut clock)?;
+        if fusion.stats.concats_eliminated > 0 {
+            // The kept front's group graph is the next pass's: its time counts as fusion here too.
+            let (mut scratch, t0) = (PassClock::default(), Instant::now());
+            fusion = settle_concats(graph, &r.topo, fusion, opts, &target, &mut scratch)?.fusion;
+            clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
+        }
         r.fusion = Some(fusion);
         r.pass_ms = clock.ms;
         return Ok(r);

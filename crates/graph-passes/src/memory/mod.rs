@@ -260,15 +260,26 @@ fn bug(what: impl std::fmt::Display) -> PlanError {
     PlanError::Internal(InternalError::new("memory", what))
 }
 
-/// Run the memory pass over `fusion`'s groups in their order (see the module docs for the steps).
-pub fn analyse(
+/// Steps 1-3 of the pass (regions, the pool model, lifetimes, in-place handovers and units, in group order):
+/// what the bound and the packing both start from.
+struct Front<'g> {
+    classes: Classes,
+    outside: regions::Outside,
+    reach: Reach<'g>,
+    ordered: bool,
+    model: PoolModel,
+    live: Vec<Interval>,
+    handovers: Vec<model::Handover>,
+    units: units::Units,
+}
+
+fn front<'g>(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
-    groups: &GroupGraph,
+    groups: &'g GroupGraph,
     target: &Target,
     opts: &MemoryOptions,
-) -> Result<MemoryPlan, PlanError> {
-    let _span = tracing::debug_span!("memory").entered();
+) -> Result<Front<'g>, PlanError> {
     let a = opts.alignment.max(1);
     // 1. Regions.
     let classes = Classes::new(graph, fusion, groups);
@@ -285,7 +296,44 @@ pub fn analyse(
     let pos: Vec<u32> = (0..fusion.groups.len() as u32).collect();
     let mut live = model.lifetimes(groups, &pos);
     let handovers = if in_place { model.choose_in_place(&pos, &live) } else { Vec::new() };
-    let mut units = units::form(&mut live, &handovers, &pos);
+    let units = units::form(&mut live, &handovers, &pos);
+    Ok(Front { classes, outside, reach, ordered, model, live, handovers, units })
+}
+
+/// The pool's lower bound (DESIGN.md 5) of `fusion` in group order, exactly [`analyse`]'s `lower_bound_bytes`,
+/// without packing: for a caller comparing fusion plans by their memory bound (the driver's Concat elimination
+/// check), which then plans memory once for the plan it keeps.
+pub fn lower_bound(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    target: &Target,
+    opts: &MemoryOptions,
+) -> Result<u64, PlanError> {
+    let _span = tracing::debug_span!("memory_bound").entered();
+    let f = front(graph, fusion, groups, target, opts)?;
+    let bufs: Vec<pack::Buffer> = f
+        .units
+        .head
+        .iter()
+        .zip(&f.units.live)
+        .map(|(h, lt)| pack::Buffer { lower: lt.start.into(), upper: lt.end.into(), size: f.model.bytes[h.index()] })
+        .collect();
+    Ok(pack::lower_bound(&bufs, opts.alignment.max(1)))
+}
+
+/// Run the memory pass over `fusion`'s groups in their order (see the module docs for the steps).
+pub fn analyse(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    target: &Target,
+    opts: &MemoryOptions,
+) -> Result<MemoryPlan, PlanError> {
+    let _span = tracing::debug_span!("memory").entered();
+    let a = opts.alignment.max(1);
+    let Front { classes, outside, mut reach, ordered, model, live, handovers, mut units } =
+        front(graph, fusion, groups, target, opts)?;
     // The groups that free each buffer's bytes: its readers, or its writer when nobody reads it.
     let froms: Vec<&[GroupId]> =
         (0..model.len())
