@@ -16,7 +16,8 @@ use crate::op::Op;
 use crate::{DType, Shape};
 
 /// An in-place rewrite of an owned graph (module docs). Every node of the graph it was opened on must be placed
-/// exactly once, after the producers of its inputs; new nodes are placed where they are added.
+/// exactly once, after the producers of its inputs; new nodes are placed where they are added. A call that
+/// returns an error may have changed the graph: drop the edit then.
 #[derive(Debug)]
 pub struct GraphEdit {
     g: ComputeGraph,

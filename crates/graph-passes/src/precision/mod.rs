@@ -1,6 +1,9 @@
 //! The precision transform: a graph and a [`PrecisionPolicy`] -> a new graph whose floating-point tensors are
 //! stored in f16 or bf16 where the policy allows (the input graph is untouched). It runs before fusion; the
-//! memory, fusion and stream passes then work unchanged on the rewritten graph.
+//! memory, fusion and stream passes then work unchanged on the rewritten graph. [`transform_owned`] is the same
+//! rewrite on a graph the caller gives up: it edits that graph in place (`ComputeGraph::edit`) rather than
+//! copying it, which is what keeps a half plan's compile time near the f32 plan's; [`transform`] runs it on a
+//! clone.
 //!
 //! # The numeric rule (DESIGN.md 9, the one statement of it)
 //! Every op computes in f32 and rounds its result to its output tensor's dtype when the value is made, whether
