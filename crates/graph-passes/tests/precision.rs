@@ -288,6 +288,13 @@ proptest! {
         o.precision = PrecisionPolicy { precision, keep_f32: keep, io_half };
         let (rg, _) = transform(&g, &o.precision).unwrap();
         rg.validate().unwrap();
+        // The report's per-precision node counts, against a count by name.
+        let mut naive: std::collections::BTreeMap<String, usize> = Default::default();
+        for (_, n) in rg.nodes() {
+            let d = n.outputs.iter().map(|&t| rg.tensor(t).dtype).find(|d| d.is_float());
+            *naive.entry(d.map_or("none", |d| d.name()).to_string()).or_default() += 1;
+        }
+        prop_assert_eq!(graph_passes::precision::node_counts(&rg), naive.into_iter().collect::<Vec<_>>());
         let plan = built(&g, &o);
         let f32_plan = built(&g, &PlanOptions::with_streams(streams));
         // The CLI's path (the transform edits the graph it is given) makes the same plan.
