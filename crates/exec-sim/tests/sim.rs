@@ -3,6 +3,7 @@
 //! numbers, the timing model's bound and exact makespans, and the trace format.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use exec_sim::attention::ATTENTION_TOLERANCE;
 use exec_sim::{
     check, check_plans, chrome_trace, run_plan, simulate, CheckOptions, LaunchMode, Schedule, SimError, SimExecutor,
     SimOptions, TimingOptions,
@@ -11,8 +12,8 @@ use graph_plan::exec::fill_missing;
 use graph_plan::ir::op::CustomOp;
 use graph_plan::ir::{synth, ComputeGraph, TensorSpec};
 use graph_plan::{
-    verify, BindingRole, DType, DeviceProfile, ExecError, ExecutionPlan, Executor, HostTensor, Op, PlanOptions,
-    PlanStep, PreparedPlan, Shape, TensorMap,
+    verify, BindingRole, DType, DeviceProfile, ExecError, ExecutionPlan, Executor, GroupKind, HostTensor, Op,
+    PlanOptions, PlanStep, PreparedPlan, Shape, TensorMap,
 };
 use proptest::prelude::*;
 
@@ -392,7 +393,12 @@ proptest! {
         let plan = build(&g, &opts);
         let r = check(&g, &opts, &TensorMap::new(), &TensorMap::new(),
             &CheckOptions { schedule: Schedule::Random { seed: sseed }, ..CheckOptions::default() }).unwrap();
-        prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
+        // Bitwise, except under a fused attention kernel (a MatMul -> Softmax -> MatMul chain in the DAG), whose
+        // online softmax is held to its documented tolerance (random_dag 42/1/248: 2.5e-7).
+        let attention = plan.kernels().iter().any(|k| k.kind == GroupKind::Attention);
+        prop_assert!(r.passed, "{:?}", r);
+        prop_assert!(r.outputs.iter().all(|o| if attention { o.max_rel_err <= ATTENTION_TOLERANCE } else { o.bitwise_equal }),
+            "{:?}", r);
         prop_assert!(r.outputs.iter().all(|o| o.reference_non_finite == 0), "{:?}", r);
         let t = simulate(&plan, &TimingOptions::for_plan(&plan)).unwrap();
         prop_assert!(t.makespan_us >= t.bound_us * (1.0 - 1e-12), "{} < {}", t.makespan_us, t.bound_us);
@@ -417,7 +423,12 @@ proptest! {
             let worst = r.outputs.iter().map(|o| o.max_rel_err).fold(0f64, f64::max);
             prop_assert!(r.passed && worst <= exec_sim::attention::ATTENTION_TOLERANCE, "{:?}", r);
         } else {
-            prop_assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{:?}", r);
+            // Bitwise, except under a fused attention kernel (a MatMul -> Softmax -> MatMul chain in the DAG), whose
+        // online softmax is held to its documented tolerance (random_dag 42/1/248: 2.5e-7).
+        let attention = plan.kernels().iter().any(|k| k.kind == GroupKind::Attention);
+        prop_assert!(r.passed, "{:?}", r);
+        prop_assert!(r.outputs.iter().all(|o| if attention { o.max_rel_err <= ATTENTION_TOLERANCE } else { o.bitwise_equal }),
+            "{:?}", r);
         }
         let out = run_plan(&SimExecutor::new(), &plan, &weights, &inputs).unwrap();
         prop_assert!(all_finite(&out));
