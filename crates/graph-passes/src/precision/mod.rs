@@ -582,12 +582,17 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
     // Rule 4 and the weights' dtypes depend on each other (an anchor kept in f32 makes its weights f32, which
     // may keep another anchor reading them in f32): iterate to the fixpoint; each round only turns half into f32.
     {
-        let mut readers_of: SecondaryMap<TensorId, Vec<NodeId>> = SecondaryMap::with_capacity(graph.num_tensors());
+        // Each source's kernel readers, one flat list for all of them (one allocation, not one per weight).
+        let mut flat: Vec<NodeId> = Vec::new();
+        let mut span: SecondaryMap<TensorId, (usize, usize)> = SecondaryMap::with_capacity(graph.num_tensors());
         for &w in graph.weights().iter().chain(graph.inputs()) {
-            readers_of.insert(w, kernel_readers(graph, w));
+            let start = flat.len();
+            kernel_readers(graph, w, &mut flat);
+            span.insert(w, (start, flat.len()));
         }
+        let readers_of = |t: TensorId| span.get(t).map_or(&[][..], |&(a, b)| &flat[a..b]);
         let weight_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
-            let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+            let readers = readers_of(t);
             half != DType::F32
                 && graph.tensor(t).dtype == DType::F32
                 && !readers.is_empty()
@@ -597,7 +602,7 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
         // reads it: that anchor would need a widening cast with no producing kernel to fuse into, a launch only
         // to cast. Such an input keeps its declared dtype (rule 4 then keeps its other anchors in f32 too).
         let input_half = |decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>, t: TensorId| {
-            let readers = readers_of.get(t).map_or(&[][..], Vec::as_slice);
+            let readers = readers_of(t);
             convert_io
                 && graph.tensor(t).dtype == DType::F32
                 && readers
@@ -763,9 +768,9 @@ fn source_through_views(graph: &ComputeGraph, mut t: TensorId) -> TensorId {
     t
 }
 
-/// The non-view nodes reading `t`, directly or through views.
-fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
-    let mut out: Vec<NodeId> = Vec::with_capacity(graph.consumers(t).len());
+/// The non-view nodes reading `t`, directly or through views, appended to `out` (each once).
+fn kernel_readers(graph: &ComputeGraph, t: TensorId, out: &mut Vec<NodeId>) {
+    let start = out.len();
     // The stack and the seen set allocate only when a view reads `t` (the usual weight has one direct reader).
     let mut stack: Vec<TensorId> = Vec::new();
     let mut seen: HashSet<NodeId> = HashSet::new();
@@ -777,12 +782,22 @@ fn kernel_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
                 if seen.insert(c) {
                     stack.extend(node.outputs.iter().copied());
                 }
-            } else if !out.contains(&c) {
+            } else {
                 out.push(c);
             }
         }
     }
-    out
+    // Each reader once (a node may read `t` twice, or through two views): sorted and deduplicated in place, so
+    // that a tensor with many readers costs O(k log k), not O(k^2).
+    out[start..].sort_unstable();
+    let mut kept = start;
+    for i in start..out.len() {
+        if kept == start || out[i] != out[kept - 1] {
+            out[kept] = out[i];
+            kept += 1;
+        }
+    }
+    out.truncate(kept);
 }
 
 /// Rule 3: every convertible elementwise node on the chain that computes a Softmax's input stays in f32.
