@@ -356,23 +356,27 @@ fn settle_concats(
         return Ok(front);
     }
     tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
+    let why = format!("they would raise lower_bound_bytes from {without} to {with}");
+    concat_memory_decisions(graph, &front.fusion, &mut alt.fusion, &why);
+    Ok(alt)
+}
+
+/// A `ConcatMemory` decision in `without` (the fusion plan made with Concat elimination off) on each Concat that
+/// `with` eliminated, saying `why` they were not kept.
+fn concat_memory_decisions(graph: &ComputeGraph, with: &FusionPlan, without: &mut FusionPlan, why: &str) {
     for (n, node) in graph.nodes() {
-        if front.fusion.is_eliminated(graph, n) {
-            alt.fusion.decisions.push(fusion::FusionDecision {
+        if with.is_eliminated(graph, n) {
+            without.decisions.push(fusion::FusionDecision {
                 producer: node.name.clone(),
                 consumer: node.name.clone(),
                 rejected: Some(fusion::RejectReason::ConcatMemory),
                 phase: fusion::FusionPhase::Concat,
                 tensor: String::new(),
                 score: 0,
-                detail: format!(
-                    "eliminating the plan's {} Concats would raise lower_bound_bytes from {without} to {with}",
-                    front.fusion.stats.concats_eliminated
-                ),
+                detail: format!("the plan's {} Concat eliminations are not kept: {why}", with.stats.concats_eliminated),
             });
         }
     }
-    Ok(alt)
 }
 
 impl Front {
@@ -511,7 +515,21 @@ fn run_passes(
         return Ok(r);
     }
     let mut front = Front { topo: r.topo.clone(), fusion, groups, memory };
-    front.plan_memory(graph, opts, &target, &mut clock)?;
+    if let Err(e) = front.plan_memory(graph, opts, &target, &mut clock).map(|_| ()) {
+        // Concat eliminations are kept on their bound (`settle_concats`); a pool over the limit with them that
+        // would fit without them falls back to the plan without them, as it did when the check packed both.
+        let over_limit = matches!(e, PlanError::Graph(GraphError::LimitExceeded { .. }));
+        if !over_limit || front.fusion.stats.concats_eliminated == 0 {
+            return Err(e);
+        }
+        let mut off = opts.fusion.clone();
+        off.caps.concat_elimination = false;
+        let mut fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &front.topo, &off, &target));
+        crate::pass_checks::after_fusion(graph, &fusion)?;
+        concat_memory_decisions(graph, &front.fusion, &mut fusion, &format!("with them the pool fails: {e}"));
+        front = Front::with_fusion(graph, front.topo.clone(), fusion, &mut clock)?;
+        front.plan_memory(graph, opts, &target, &mut clock)?;
+    }
     let Front { fusion, groups, memory, .. } = front;
     let memory = memory.ok_or_else(|| bug("pipeline", "memory plan missing"))?;
     if !stop(Pass::Memory) {
