@@ -312,14 +312,17 @@ pub fn lower_bound(
 ) -> Result<u64, PlanError> {
     let _span = tracing::debug_span!("memory_bound").entered();
     let f = front(graph, fusion, groups, target, opts)?;
-    let bufs: Vec<pack::Buffer> = f
-        .units
+    Ok(pack::lower_bound(&unit_buffers(&f.units, &f.model, &f.units.live), opts.alignment.max(1)))
+}
+
+/// The packer's input: each unit's bytes (its head buffer's) over `live`, its lifetime.
+fn unit_buffers(units: &units::Units, model: &PoolModel, live: &[Interval]) -> Vec<pack::Buffer> {
+    units
         .head
         .iter()
-        .zip(&f.units.live)
-        .map(|(h, lt)| pack::Buffer { lower: lt.start.into(), upper: lt.end.into(), size: f.model.bytes[h.index()] })
-        .collect();
-    Ok(pack::lower_bound(&bufs, opts.alignment.max(1)))
+        .zip(live)
+        .map(|(h, lt)| pack::Buffer { lower: lt.start.into(), upper: lt.end.into(), size: model.bytes[h.index()] })
+        .collect()
 }
 
 /// Run the memory pass over `fusion`'s groups in their order (see the module docs for the steps).
@@ -346,20 +349,12 @@ pub fn analyse(
             })
             .collect();
     let naive_bytes = model.size.iter().fold(0u64, |s, &x| s.saturating_add(x));
-    let pack_input = |live: &[Interval]| -> Vec<pack::Buffer> {
-        units
-            .head
-            .iter()
-            .zip(live)
-            .map(|(h, lt)| pack::Buffer { lower: lt.start.into(), upper: lt.end.into(), size: model.bytes[h.index()] })
-            .collect()
-    };
     // DESIGN.md 5's bound is over the plain lifetimes, before concurrent lifetimes extend them.
-    let lower_bound_bytes = pack::lower_bound(&pack_input(&units.live), a);
+    let lower_bound_bytes = pack::lower_bound(&unit_buffers(&units, &model, &units.live), a);
     if opts.reuse && opts.concurrent_lifetimes {
         concurrent::extend(groups, &mut units.live, &units.last, &froms);
     }
-    let unit_bufs = pack_input(&units.live);
+    let unit_bufs = unit_buffers(&units, &model, &units.live);
     let budgets = search_budgets(unit_bufs.len(), target.effort);
 
     // 4. Offsets.
