@@ -9,6 +9,7 @@
 // Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod attention;
 mod build;
 pub mod conformance;
 mod display;

@@ -34,31 +34,8 @@ use crate::error::CudaResult;
 /// tile, as exec-sim's kernel does.
 pub const TILE: usize = 64;
 
-/// The chain inside an attention kernel's body: instruction indices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Chain {
-    pub m1: usize,
-    /// The Cast of half scores to f32 (a half chain).
-    pub cast_scores: Option<usize>,
-    pub scale: Option<usize>,
-    pub mask: Option<usize>,
-    pub softmax: usize,
-    /// The Cast of the f32 probabilities back to the half type (a half chain).
-    pub cast_probs: Option<usize>,
-    pub m2: usize,
-}
-
-impl Chain {
-    /// True for the links whose values the fused kernel never forms (everything but the output MatMul).
-    pub fn skipped(&self, i: usize) -> bool {
-        i == self.m1
-            || Some(i) == self.cast_scores
-            || Some(i) == self.scale
-            || Some(i) == self.mask
-            || i == self.softmax
-            || Some(i) == self.cast_probs
-    }
-}
+/// The chain inside an attention kernel's body (found by `graph_plan::attention`, shared with exec-sim).
+pub(crate) type Chain = graph_plan::attention::AttentionChain;
 
 /// Generates the per-element kernel of an attention group.
 ///
@@ -69,71 +46,14 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     emit::generate_with(kernel, None, Some(c))
 }
 
-/// The links below the mask, walking back from value `v`: `[Mul | Div by a scalar] <- [Cast] <- MatMul`, as
-/// `(scale, cast, m1)` (exec-sim's `walk_scores`).
-fn walk_scores(k: &Kernel, v: ValueId) -> Option<(Option<usize>, Option<usize>, usize)> {
-    let body = &k.body;
-    let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
-    let scalar = |v: &ValueId| k.values.get(v.index()).is_some_and(|x| x.shape.0.iter().product::<usize>() == 1);
-    // `[Cast] <- MatMul` from value `v`.
-    let below_cast = |v: ValueId| {
-        let mut at = producer(v)?;
-        let mut cast = None;
-        if matches!(body[at].op, Op::Cast { .. }) {
-            cast = Some(at);
-            at = producer(*body[at].inputs.first()?)?;
-        }
-        matches!(body[at].op, Op::MatMul).then_some((cast, at))
-    };
-    let at = producer(v)?;
-    if matches!(body[at].op, Op::Mul | Op::Div) {
-        let ins = &body[at].inputs;
-        // The scores operand; when both are scalars (a 1x1 score matrix), the one that leads down to a MatMul.
-        let candidates: &[usize] = match body[at].op {
-            Op::Div if ins.len() == 2 && scalar(&ins[1]) => &[0],
-            Op::Mul if ins.len() == 2 => match (scalar(&ins[0]), scalar(&ins[1])) {
-                (true, true) => &[0, 1],
-                (false, true) => &[0],
-                (true, false) => &[1],
-                (false, false) => return None,
-            },
-            _ => return None,
-        };
-        let (cast, m1) = candidates.iter().find_map(|&i| below_cast(ins[i]))?;
-        return Some((Some(at), cast, m1));
-    }
-    let (cast, m1) = below_cast(v)?;
-    Some((None, cast, m1))
-}
-
-/// Finds the chain (exec-sim's `attention::chain`, the planner's matcher on the kernel program).
+/// Finds the chain (`graph_plan::attention::find`, shared with exec-sim) and checks what this generator relies on.
 pub(crate) fn chain(k: &Kernel) -> CudaResult<Chain> {
     let body = &k.body;
     let no = |what: &str| unsupported(k, format!("attention kernel: {what}"));
     let producer = |v: ValueId| body.iter().position(|i| i.outputs.contains(&v));
-    let softmax = body.iter().position(|i| matches!(i.op, Op::Softmax { .. })).ok_or_else(|| no("no Softmax"))?;
-    let p = *body[softmax].outputs.first().ok_or_else(|| no("Softmax without output"))?;
-    let cast_probs = body.iter().position(|i| matches!(i.op, Op::Cast { .. }) && i.inputs.first() == Some(&p));
-    let probs = match cast_probs {
-        Some(c) => *body[c].outputs.first().ok_or_else(|| no("Cast without output"))?,
-        None => p,
-    };
-    let m2 = body
-        .iter()
-        .position(|i| matches!(i.op, Op::MatMul) && i.inputs.first() == Some(&probs))
-        .ok_or_else(|| no("no MatMul reads the probabilities"))?;
+    let c = graph_plan::attention::find(k).map_err(no)?;
+    let (softmax, m2) = (c.softmax, c.m2);
     let x = *body[softmax].inputs.first().ok_or_else(|| no("Softmax without input"))?;
-    let mut mask = None;
-    let mut below = None;
-    if let Some(j) = producer(x).filter(|&j| matches!(body[j].op, Op::Add)) {
-        below = body[j].inputs.iter().find_map(|&v| walk_scores(k, v));
-        mask = below.map(|_| j);
-    }
-    if mask.is_none() {
-        below = walk_scores(k, x);
-    }
-    let (scale, cast_scores, m1) = below.ok_or_else(|| no("the scores do not come from a MatMul"))?;
-    let c = Chain { m1, cast_scores, scale, mask, softmax, cast_probs, m2 };
     // The softmax must run over the last axis of the scores, and every intermediate must be read only by the next
     // link (the planner guarantees both; a kernel that breaks them is refused, not miscomputed).
     let Op::Softmax { axis } = body[softmax].op else { return Err(no("no Softmax")) };
