@@ -177,15 +177,7 @@ impl<'g> Dense<'g> {
         let ins_sorted = Csr::build(n, |i, v| {
             let start = v.len();
             v.extend_from_slice(ins.row(i));
-            v[start..].sort_unstable();
-            let mut w = start;
-            for k in start..v.len() {
-                if k == start || v[k] != v[w - 1] {
-                    v[w] = v[k];
-                    w += 1;
-                }
-            }
-            v.truncate(w);
+            crate::stream::sort_dedup_tail(v, start);
         });
         let esc = Csr::build(n, |i, v| {
             for &t in outs.row(i) {

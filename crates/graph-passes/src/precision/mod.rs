@@ -787,17 +787,8 @@ fn kernel_readers(graph: &ComputeGraph, t: TensorId, out: &mut Vec<NodeId>) {
             }
         }
     }
-    // Each reader once (a node may read `t` twice, or through two views): sorted and deduplicated in place, so
-    // that a tensor with many readers costs O(k log k), not O(k^2).
-    out[start..].sort_unstable();
-    let mut kept = start;
-    for i in start..out.len() {
-        if kept == start || out[i] != out[kept - 1] {
-            out[kept] = out[i];
-            kept += 1;
-        }
-    }
-    out.truncate(kept);
+    // Each reader once (a node may read `t` twice, or through two views), in O(k log k) for k readers.
+    crate::stream::sort_dedup_tail(out, start);
 }
 
 /// Rule 3: every convertible elementwise node on the chain that computes a Softmax's input stays in f32.

@@ -1,6 +1,20 @@
 //! A compact adjacency list (compressed sparse rows) over dense `u32` node indices: one allocation for a whole
 //! graph, so a million-node DAG costs a few bytes per edge.
 
+/// Sort `v[start..]` (a row being built at the end of `v`) and keep each item once, in place: O(k log k) for a
+/// row of k items, with no allocation.
+pub(crate) fn sort_dedup_tail<T: Ord + Copy>(v: &mut Vec<T>, start: usize) {
+    v[start..].sort_unstable();
+    let mut kept = start;
+    for i in start..v.len() {
+        if kept == start || v[i] != v[kept - 1] {
+            v[kept] = v[i];
+            kept += 1;
+        }
+    }
+    v.truncate(kept);
+}
+
 /// Rows of `u32` items, row `i` being `items[offsets[i]..offsets[i + 1]]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Csr {

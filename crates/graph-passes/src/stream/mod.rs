@@ -39,6 +39,7 @@ mod reduce;
 mod schedule;
 mod sync;
 
+pub(crate) use csr::sort_dedup_tail;
 pub use csr::Csr;
 pub use sync::waits_for_initial_work;
 
