@@ -25,8 +25,6 @@ pub struct GraphEdit {
     order: Vec<NodeId>,
     /// Nodes of the original graph not placed yet.
     pending: SecondaryMap<NodeId, ()>,
-    /// Tensors written by placed nodes.
-    ready: SecondaryMap<TensorId, ()>,
     /// The dtype the input graph gave each tensor this edit has retyped.
     was: SecondaryMap<TensorId, DType>,
 }
@@ -39,8 +37,7 @@ impl ComputeGraph {
         // rounded up), and reserving a fixed headroom would rehash them when they do not.
         let extra = self.nodes.len() / 4 + 16;
         let order = Vec::with_capacity(self.nodes.len() + extra);
-        let ready = SecondaryMap::with_capacity(self.tensors.len() + extra);
-        GraphEdit { g: self, order, pending, ready, was: SecondaryMap::new() }
+        GraphEdit { g: self, order, pending, was: SecondaryMap::new() }
     }
 }
 
@@ -71,7 +68,8 @@ impl GraphEdit {
 
     /// Whether `t` can be read by the next placed node: a source, or written by a placed node.
     fn available(&self, t: TensorId) -> bool {
-        self.g.tensors.get(t).is_some_and(|x| x.role.is_source() || self.ready.contains_key(t))
+        let placed = |p: NodeId| !self.pending.contains_key(p);
+        self.g.tensors.get(t).is_some_and(|x| x.role.is_source() || x.producer.is_some_and(placed))
     }
 
     fn check_inputs(&self, node: &str, inputs: &[TensorId]) -> GraphResult<()> {
@@ -154,9 +152,6 @@ impl GraphEdit {
                 b.dtype == dtype_was(old) && b.shape == a.shape
             });
         if same {
-            for &o in &node.outputs {
-                self.ready.insert(o, ());
-            }
             return self.rewire(n, inputs);
         }
         if let Some(op) = op {
@@ -210,7 +205,6 @@ impl GraphEdit {
                 }
             }
             x.dtype = spec.dtype;
-            self.ready.insert(o, ());
         }
         self.rewire(n, inputs)
     }
@@ -250,9 +244,6 @@ impl GraphEdit {
     ) -> GraphResult<Vec<TensorId>> {
         self.check_inputs(name, inputs)?;
         let outs = self.g.add_node_named(name, op, inputs, output_names)?;
-        for &o in &outs {
-            self.ready.insert(o, ());
-        }
         if let Some(n) = outs.first().and_then(|&o| self.g.producer(o)) {
             self.order.push(n);
         }
