@@ -48,6 +48,8 @@ struct Pass<'a, 'g> {
     /// Horizontal candidates: (first sibling's node, second sibling's node, shared tensor, verdict).
     horizontal: Vec<(u32, u32, u32, u32)>,
     stats: FusionStats,
+    /// Scratch of `record_between` (kept between calls).
+    edges_scratch: Vec<usize>,
 }
 
 pub(super) fn run(
@@ -80,6 +82,7 @@ pub(super) fn run(
         edge_verdict: vec![NONE; d.num_edges()],
         horizontal: Vec::new(),
         stats: FusionStats::default(),
+        edges_scratch: Vec::new(),
     };
     if opts.enabled {
         p.vertical();
@@ -128,7 +131,8 @@ impl Pass<'_, '_> {
     fn record_between(&mut self, a: u32, b: u32, v: Verdict) {
         let d = self.d;
         let k = self.verdict(v);
-        let mut edges = Vec::new();
+        let mut edges = std::mem::take(&mut self.edges_scratch);
+        edges.clear();
         if self.groups.size(a) <= self.groups.size(b) {
             for &m in self.groups.members(a) {
                 for (e, &c) in d.edges(m).zip(d.succ(m)) {
@@ -147,9 +151,10 @@ impl Pass<'_, '_> {
                 }
             }
         }
-        for e in edges {
+        for &e in &edges {
             self.set_edge(e, k);
         }
+        self.edges_scratch = edges;
     }
 
     /// Phase 1: in reverse topological order, a producer joins the group of its consumers when all of them are
@@ -676,10 +681,12 @@ fn assemble(
     }
     let mut seen = vec![NONE; d.tids.len()];
     let mut groups = Vec::with_capacity(k);
+    // Each group's lists are gathered in scratch and stored at their exact size (one allocation each).
+    let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
     for &g in &sequence {
         let nodes = mem(g);
-        let mut inputs = Vec::new();
-        let mut outputs = Vec::new();
+        inputs.clear();
+        outputs.clear();
         for &i in nodes {
             for &t in d.inputs(i) {
                 let p = d.prod[t as usize];
@@ -699,6 +706,7 @@ fn assemble(
             }
         }
         let nodes = nodes.iter().map(|&i| d.ids[i as usize]).collect();
+        let (inputs, outputs) = (inputs.as_slice().to_vec(), outputs.as_slice().to_vec());
         groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs });
     }
     FusionPlan { groups, group_of, decisions, stats: FusionStats::default(), concat_slots: SecondaryMap::new() }

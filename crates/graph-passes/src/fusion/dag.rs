@@ -28,8 +28,9 @@ pub(super) enum Plan {
     AtX,
     /// Nothing between is reachable from `x`: the merged group takes `y`'s slot.
     AtY,
-    /// Pearce-Kelly: `backward`, the merged group, `forward`, on their slots.
-    Reorder { forward: Vec<u32>, backward: Vec<u32> },
+    /// Pearce-Kelly: the groups of the check's backward search, the merged group, those of its forward search,
+    /// on their slots (the two lists stay in the DAG's scratch until `contract`).
+    Reorder,
 }
 
 pub(super) struct Dag {
@@ -40,6 +41,12 @@ pub(super) struct Dag {
     fmark: Vec<u32>,
     bmark: Vec<u32>,
     stamp: u32,
+    /// Scratch of `check` and `contract`, kept between merges (a merge is one check; most allocate nothing).
+    fstack: Vec<u32>,
+    bstack: Vec<u32>,
+    forward: Vec<u32>,
+    backward: Vec<u32>,
+    slots: Vec<u32>,
     pub visits: u64,
     pub max_visits: u64,
 }
@@ -49,12 +56,15 @@ impl Dag {
     pub fn new(d: &Dense<'_>, groups: &Groups) -> Dag {
         let n = groups.g.len();
         let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
-        let mut pred: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // Successor lists at their exact size (one allocation each, built in one scratch list), then the
+        // predecessor lists sized by the in-degrees they imply.
+        let mut s: Vec<u32> = Vec::new();
+        let mut indeg = vec![0u32; n];
         for gi in 0..n as u32 {
             if !groups.g[gi as usize].alive {
                 continue;
             }
-            let mut s: Vec<u32> = Vec::new();
+            s.clear();
             for &m in groups.members(gi) {
                 for &c in d.succ(m) {
                     let h = groups.owner[c as usize];
@@ -66,11 +76,16 @@ impl Dag {
             s.sort_unstable();
             s.dedup();
             for &h in &s {
-                pred[h as usize].push(gi);
+                indeg[h as usize] += 1;
             }
-            succ[gi as usize] = s;
+            succ[gi as usize] = s.as_slice().to_vec();
         }
-        let mut indeg: Vec<u32> = pred.iter().map(|p| p.len() as u32).collect();
+        let mut pred: Vec<Vec<u32>> = indeg.iter().map(|&k| Vec::with_capacity(k as usize)).collect();
+        for (gi, list) in succ.iter().enumerate() {
+            for &h in list {
+                pred[h as usize].push(gi as u32);
+            }
+        }
         let mut ready: BinaryHeap<Reverse<(u32, u32)>> = (0..n as u32)
             .filter(|&i| groups.g[i as usize].alive && indeg[i as usize] == 0)
             .map(|i| Reverse((groups.g[i as usize].lo, i)))
@@ -87,7 +102,21 @@ impl Dag {
                 }
             }
         }
-        Dag { succ, pred, slot, fmark: vec![0; n], bmark: vec![0; n], stamp: 0, visits: 0, max_visits: 0 }
+        Dag {
+            succ,
+            pred,
+            slot,
+            fmark: vec![0; n],
+            bmark: vec![0; n],
+            stamp: 0,
+            fstack: Vec::new(),
+            bstack: Vec::new(),
+            forward: Vec::new(),
+            backward: Vec::new(),
+            slots: Vec::new(),
+            visits: 0,
+            max_visits: 0,
+        }
     }
 
     /// True when `y` is a direct successor of `x`.
@@ -113,11 +142,24 @@ impl Dag {
             self.bmark.iter_mut().for_each(|m| *m = 0);
             self.stamp = 1;
         }
+        let mut fstack = std::mem::take(&mut self.fstack);
+        let mut bstack = std::mem::take(&mut self.bstack);
+        let (mut forward, mut backward) = (std::mem::take(&mut self.forward), std::mem::take(&mut self.backward));
+        fstack.clear();
+        bstack.clear();
+        forward.clear();
+        backward.clear();
+        let result = self.search(groups, x, y, budget, [&mut fstack, &mut bstack, &mut forward, &mut backward]);
+        (self.fstack, self.bstack, self.forward, self.backward) = (fstack, bstack, forward, backward);
+        result
+    }
+
+    /// The search of `check` on its scratch lists (`fstack`, `bstack`, `forward`, `backward`).
+    fn search(&mut self, groups: &Groups, x: u32, y: u32, budget: u64, lists: [&mut Vec<u32>; 4]) -> Result<Plan, Stop> {
+        let [fstack, bstack, forward, backward] = lists;
         let stamp = self.stamp;
         let (lo, hi) = (self.slot[x as usize], self.slot[y as usize]);
         let mut work = 0u64;
-        let mut fstack: Vec<u32> = Vec::new();
-        let mut bstack: Vec<u32> = Vec::new();
         for &s in &self.succ[x as usize] {
             let s = groups.resolve(s);
             if s != y && s != x && self.slot[s as usize] < hi && self.fmark[s as usize] != stamp {
@@ -146,7 +188,6 @@ impl Dag {
             self.account(work);
             return Ok(Plan::AtX);
         }
-        let (mut forward, mut backward) = (Vec::new(), Vec::new());
         let (mut fdone, mut bdone) = (false, false);
         while !(fdone && bdone) {
             if work > budget {
@@ -194,7 +235,7 @@ impl Dag {
             }
         }
         self.account(work);
-        Ok(Plan::Reorder { forward, backward })
+        Ok(Plan::Reorder)
     }
 
     fn account(&mut self, work: u64) {
@@ -209,8 +250,12 @@ impl Dag {
         match plan {
             Plan::AtX => self.slot[keep as usize] = sx,
             Plan::AtY => self.slot[keep as usize] = sy,
-            Plan::Reorder { mut forward, mut backward } => {
-                let mut slots: Vec<u32> = forward.iter().chain(&backward).map(|&g| self.slot[g as usize]).collect();
+            Plan::Reorder => {
+                let (mut forward, mut backward) =
+                    (std::mem::take(&mut self.forward), std::mem::take(&mut self.backward));
+                let mut slots = std::mem::take(&mut self.slots);
+                slots.clear();
+                slots.extend(forward.iter().chain(&backward).map(|&g| self.slot[g as usize]));
                 slots.push(sx);
                 slots.push(sy);
                 slots.sort_unstable();
@@ -224,6 +269,7 @@ impl Dag {
                 for (i, &g) in forward.iter().enumerate() {
                     self.slot[g as usize] = slots[top + i];
                 }
+                (self.forward, self.backward, self.slots) = (forward, backward, slots);
             }
         }
         self.slot[gone as usize] = NONE;

@@ -464,25 +464,29 @@ impl Groups {
     /// The merged figures of groups `a` and `b`.
     pub fn preview(&self, d: &Dense<'_>, a: u32, b: u32) -> Preview {
         let inside = self.inside(a, b);
-        let mut inputs = Vec::new();
-        union_into(&mut inputs, self.inputs(d, a), self.inputs(d, b));
+        let (ia, ib) = (self.inputs(d, a), self.inputs(d, b));
+        let mut inputs = Vec::with_capacity(ia.len() + ib.len());
+        union_into(&mut inputs, ia, ib);
         inputs.retain(|&t| {
             let p = d.kprod[t as usize];
             p == NONE || !inside(p)
         });
-        let mut escaping = Vec::new();
-        union_into(&mut escaping, self.escaping(d, a), self.escaping(d, b));
+        let (ea, eb) = (self.escaping(d, a), self.escaping(d, b));
+        let mut escaping = Vec::with_capacity(ea.len() + eb.len());
+        union_into(&mut escaping, ea, eb);
         escaping.retain(|&t| d.is_output(t) || d.readers(t).iter().any(|&c| !inside(c)));
-        let mut writers = 0;
-        let mut last = NONE;
-        let mut ws: Vec<u32> = escaping.iter().map(|&t| d.kprod[t as usize]).collect();
-        ws.sort_unstable();
-        for w in ws {
-            if w != last {
-                writers += 1;
-                last = w;
-            }
-        }
+        // Distinct writers: a scan of the few before each one (no sorted copy for the usual short list).
+        const SCAN: usize = 32;
+        let writer = |t: &u32| d.kprod[*t as usize];
+        let writers = if escaping.len() <= SCAN {
+            let ws = || escaping.iter().map(writer);
+            ws().enumerate().filter(|&(i, w)| !ws().take(i).any(|v| v == w)).count()
+        } else {
+            let mut ws: Vec<u32> = escaping.iter().map(writer).collect();
+            ws.sort_unstable();
+            ws.dedup();
+            ws.len()
+        };
         Preview { inputs, escaping, writers }
     }
 
