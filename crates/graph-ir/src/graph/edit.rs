@@ -209,26 +209,14 @@ impl GraphEdit {
         self.rewire(n, inputs)
     }
 
-    /// Node `n` reads `inputs` from now on, and is placed next.
+    /// Node `n` reads `inputs` from now on, and is placed next. The consumer lists are not touched: nothing
+    /// reads them during an edit, and `finish` rebuilds them all in the new order.
     fn rewire(&mut self, n: NodeId, inputs: &[TensorId]) -> GraphResult<()> {
-        let node = &self.g.nodes[n];
-        // Rewire the consumer lists (rebuilt in the new order by `finish`; kept exact meanwhile).
-        if node.inputs == inputs {
-            self.order.push(n);
-            return Ok(());
-        }
-        let old = std::mem::replace(&mut self.g.nodes[n].inputs, inputs.to_vec());
-        for t in old {
-            if let Some(list) = self.g.consumers.get_mut(t) {
-                if let Some(i) = list.iter().position(|&c| c == n) {
-                    list.swap_remove(i);
-                }
-            }
-        }
-        for &t in inputs {
-            if let Some(e) = self.g.consumers.entry(t) {
-                e.or_default().push(n);
-            }
+        let own = &mut self.g.nodes[n].inputs;
+        if own != inputs {
+            // In the node's own list (no allocation unless it grows).
+            own.clear();
+            own.extend_from_slice(inputs);
         }
         self.order.push(n);
         Ok(())
