@@ -155,7 +155,14 @@ impl Dag {
     }
 
     /// The search of `check` on its scratch lists (`fstack`, `bstack`, `forward`, `backward`).
-    fn search(&mut self, groups: &Groups, x: u32, y: u32, budget: u64, lists: [&mut Vec<u32>; 4]) -> Result<Plan, Stop> {
+    fn search(
+        &mut self,
+        groups: &Groups,
+        x: u32,
+        y: u32,
+        budget: u64,
+        lists: [&mut Vec<u32>; 4],
+    ) -> Result<Plan, Stop> {
         let [fstack, bstack, forward, backward] = lists;
         let stamp = self.stamp;
         let (lo, hi) = (self.slot[x as usize], self.slot[y as usize]);

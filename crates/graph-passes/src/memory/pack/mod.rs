@@ -29,6 +29,7 @@
 pub mod csv;
 mod greedy;
 mod instance;
+mod occupancy;
 mod search;
 mod validate;
 
