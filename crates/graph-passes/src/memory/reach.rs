@@ -6,6 +6,11 @@
 //! search from `b` that never leaves that window, bounded by a visit budget: when the budget runs out the answer
 //! is "not known to be ordered" (`false`), which only ever costs a missed preference or counts an edge as new,
 //! never safety. Queries cost O(visits).
+//!
+//! On a DAG of at most [`CLOSURE_MAX_GROUPS`] groups, the first query that the direct checks do not settle
+//! computes the transitive closure instead (a bit row of ancestors per group, O(E n / 64) words, at most 8 MiB),
+//! and every query is then one bit test, exact and free of the budget: a random DAG's memory pass asks tens of
+//! thousands of such queries, many of which the bounded search gave up on.
 
 use crate::group_graph::GroupGraph;
 use crate::ids::GroupId;
@@ -23,7 +28,15 @@ pub(crate) struct Reach<'a> {
     /// Visits left to all queries together: linear in the DAG's size, so that a graph with millions of
     /// candidate checks stays near-linear (later queries then see only direct edges).
     total_left: u64,
+    /// The ancestors of each group as a bit row of `words` words (module docs), once computed.
+    closure: Option<Vec<u64>>,
+    words: usize,
+    /// Whether queries may use the closure (small enough DAGs; off to test the bounded search).
+    use_closure: bool,
 }
+
+/// Most groups for which queries use the transitive closure (8 MiB of bits at this size).
+pub(crate) const CLOSURE_MAX_GROUPS: usize = 8192;
 
 /// Visits per group that all queries together may spend, beyond a fixed allowance.
 const VISITS_PER_GROUP: u64 = 256;
@@ -34,7 +47,47 @@ impl<'a> Reach<'a> {
     /// Queries over `dag`, each visiting at most `limit` groups.
     pub fn new(dag: &'a GroupGraph, limit: usize) -> Reach<'a> {
         let total_left = VISITS_BASE.saturating_add(VISITS_PER_GROUP.saturating_mul(dag.len() as u64));
-        Reach { dag, mark: vec![0; dag.len()], stamp: 0, stack: Vec::new(), limit, exhausted: 0, total_left }
+        let words = dag.len().div_ceil(64);
+        Reach {
+            dag,
+            mark: vec![0; dag.len()],
+            stamp: 0,
+            stack: Vec::new(),
+            limit,
+            exhausted: 0,
+            total_left,
+            closure: None,
+            words,
+            use_closure: dag.len() <= CLOSURE_MAX_GROUPS,
+        }
+    }
+
+    /// As [`Reach::new`], but always with the bounded search (no closure), for tests of the budget.
+    #[cfg(test)]
+    fn searching(dag: &'a GroupGraph, limit: usize) -> Reach<'a> {
+        Reach { use_closure: false, ..Reach::new(dag, limit) }
+    }
+
+    /// The ancestor rows of every group, in group order (a group's ancestors come before it).
+    fn build_closure(&self) -> Vec<u64> {
+        let w = self.words;
+        let mut rows = vec![0u64; self.dag.len() * w];
+        for b in 0..self.dag.len() {
+            let (done, rest) = rows.split_at_mut(b * w);
+            let row = &mut rest[..w];
+            for &p in self.dag.preds(GroupId::from_index(b)) {
+                let pi = p.index();
+                // Predecessors come first in group order; a malformed edge is ignored, as the search would.
+                if pi >= b {
+                    continue;
+                }
+                row[pi / 64] |= 1 << (pi % 64);
+                for (x, &y) in row.iter_mut().zip(&done[pi * w..(pi + 1) * w]) {
+                    *x |= y;
+                }
+            }
+        }
+        rows
     }
 
     /// True when `a == b` or a path of data edges leads from `a` to `b`; `false` when there is none or the
@@ -49,6 +102,12 @@ impl<'a> Reach<'a> {
         }
         if self.dag.preds(b).binary_search(&a).is_ok() {
             return true;
+        }
+        if self.closure.is_none() && self.use_closure {
+            self.closure = Some(self.build_closure());
+        }
+        if let Some(rows) = &self.closure {
+            return rows[bi * self.words + ai / 64] >> (ai % 64) & 1 == 1;
         }
         if self.total_left == 0 {
             self.exhausted += 1;
@@ -113,10 +172,49 @@ mod tests {
         // A chain 0 -> 1 -> ... -> 9: from 0 to 9 needs 8 intermediate visits.
         let preds: Vec<Vec<GroupId>> = (0..10u32).map(|i| if i == 0 { vec![] } else { vec![GroupId(i - 1)] }).collect();
         let dag = GroupGraph::from_preds(preds);
-        let mut r = Reach::new(&dag, 3);
+        let mut r = Reach::searching(&dag, 3);
         assert!(!r.ordered(GroupId(0), GroupId(9)));
         assert_eq!(r.exhausted, 1);
-        let mut r = Reach::new(&dag, 8);
+        let mut r = Reach::searching(&dag, 8);
         assert!(r.ordered(GroupId(0), GroupId(9)));
+        // The closure knows without a budget.
+        let mut r = Reach::new(&dag, 3);
+        assert!(r.ordered(GroupId(0), GroupId(9)));
+        assert_eq!(r.exhausted, 0);
+    }
+
+    #[test]
+    fn closure_answers_as_an_unbounded_search() {
+        // Random DAGs (preds among earlier groups, up to 3 each, over 1-130 groups so rows span several words):
+        // every pair answers the same through the closure and through a search with budget to spare.
+        let mut x = 0x1234_5678_9ABC_DEF1u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..20 {
+            let n = 1 + next(130) as usize;
+            let preds: Vec<Vec<GroupId>> = (0..n)
+                .map(|i| {
+                    let mut p: Vec<GroupId> =
+                        (0..next(4)).filter(|_| i > 0).map(|_| GroupId(next(i as u64) as u32)).collect();
+                    p.sort_unstable();
+                    p.dedup();
+                    p
+                })
+                .collect();
+            let dag = GroupGraph::from_preds(preds);
+            let mut closure = Reach::new(&dag, 1);
+            let mut search = Reach::searching(&dag, usize::MAX);
+            for a in 0..n as u32 {
+                for b in 0..n as u32 {
+                    let (a, b) = (GroupId(a), GroupId(b));
+                    assert_eq!(closure.ordered(a, b), search.ordered(a, b), "{a:?} -> {b:?} of {n}");
+                }
+            }
+            assert_eq!(search.exhausted, 0);
+        }
     }
 }
