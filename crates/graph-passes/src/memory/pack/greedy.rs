@@ -120,11 +120,16 @@ pub(crate) fn portfolio(inst: &Instance, work_limit: u64) -> Result<Portfolio, P
     let comp_work = overlap_work(inst);
     let mut runs: Vec<(Order, Fit)> = vec![(Order::Start, Fit::Online)];
     runs.extend(all);
+    // Built for the first gap-scanning run (often none runs: the online run reached every bound, or the work
+    // limit allows none).
+    let mut index: Option<Index> = None;
     let live = comp_work.iter().sum::<u64>() / (inst.free.len() as u64).max(1);
-    let mut index = if live >= UNION_FROM_LIVE {
-        Index::Union(Occupancy::new(inst.num_sections))
-    } else {
-        Index::Each(PlacedIndex::new(inst))
+    let new_index = || {
+        if live >= UNION_FROM_LIVE {
+            Index::Union(Occupancy::new(inst.num_sections))
+        } else {
+            Index::Each(PlacedIndex::new(inst))
+        }
     };
     let mut offsets = vec![0u64; n];
     let mut run_offsets = vec![0u64; n];
@@ -145,7 +150,7 @@ pub(crate) fn portfolio(inst: &Instance, work_limit: u64) -> Result<Portfolio, P
             work_left -= cost;
             let mut seq = ordering(inst, order);
             seq.retain(|&i| open[inst.comp_of[i as usize] as usize]);
-            run(inst, &seq, fit, &mut index, &mut run_offsets)?;
+            run(inst, &seq, fit, index.get_or_insert_with(new_index), &mut run_offsets)?;
         }
         // Heights relative to each component's base (`run` checked that every top fits in u64); a settled
         // component counts at its best (its bound), which no run can beat.

@@ -20,16 +20,21 @@
 
 use super::greedy::Range;
 
-/// See the module docs.
+/// No list.
+const NIL: u32 = u32::MAX;
+
+/// See the module docs. Lists live in one arena, so an untouched node costs 8 bytes (its two list numbers).
 pub(crate) struct Occupancy {
     /// Leaves of the tree (a power of two, at least the number of sections).
     leaves: usize,
-    cover: Vec<Vec<Range>>,
-    any: Vec<Vec<Range>>,
-    /// Nodes whose lists are not empty (cleared by [`Occupancy::clear`], keeping their capacity).
+    /// Per node, its `cover` and `any` lists' numbers in `lists` (`NIL`: empty).
+    cover: Vec<u32>,
+    any: Vec<u32>,
+    /// The lists; the first `used` are in use, the rest are cleared lists kept for their capacity.
+    lists: Vec<Vec<Range>>,
+    used: usize,
+    /// Nodes with a list (reset by [`Occupancy::clear`]).
     touched: Vec<u32>,
-    /// Per node: whether it is in `touched`.
-    dirty: Vec<bool>,
 }
 
 impl Occupancy {
@@ -38,27 +43,57 @@ impl Occupancy {
         let leaves = sections.max(1).next_power_of_two();
         Occupancy {
             leaves,
-            cover: vec![Vec::new(); 2 * leaves],
-            any: vec![Vec::new(); 2 * leaves],
+            cover: vec![NIL; 2 * leaves],
+            any: vec![NIL; 2 * leaves],
+            lists: Vec::new(),
+            used: 0,
             touched: Vec::new(),
-            dirty: vec![false; 2 * leaves],
         }
     }
 
     /// Forgets every placed buffer.
     pub fn clear(&mut self) {
         for &v in &self.touched {
-            self.cover[v as usize].clear();
-            self.any[v as usize].clear();
-            self.dirty[v as usize] = false;
+            self.cover[v as usize] = NIL;
+            self.any[v as usize] = NIL;
         }
         self.touched.clear();
+        self.used = 0;
     }
 
-    fn touch(&mut self, v: usize) {
-        if !self.dirty[v] {
-            self.dirty[v] = true;
+    /// A cleared list from the arena, by number.
+    fn fresh_list(&mut self) -> u32 {
+        if self.used == self.lists.len() {
+            self.lists.push(Vec::new());
+        }
+        self.lists[self.used].clear();
+        self.used += 1;
+        (self.used - 1) as u32
+    }
+
+    /// The number of node `v`'s `cover` (`any == false`) or `any` list, given one if it has none.
+    fn list_of(&mut self, v: usize, any: bool) -> usize {
+        let cur = if any { self.any[v] } else { self.cover[v] };
+        if cur != NIL {
+            return cur as usize;
+        }
+        if self.cover[v] == NIL && self.any[v] == NIL {
             self.touched.push(v as u32);
+        }
+        let k = self.fresh_list();
+        if any {
+            self.any[v] = k;
+        } else {
+            self.cover[v] = k;
+        }
+        k as usize
+    }
+
+    fn list(&self, k: u32) -> &[Range] {
+        if k == NIL {
+            &[]
+        } else {
+            &self.lists[k as usize]
         }
     }
 
@@ -91,14 +126,14 @@ impl Occupancy {
     }
 
     fn record_any(&mut self, v: usize, range: Range) {
-        self.touch(v);
-        union_insert(&mut self.any[v], range);
+        let k = self.list_of(v, true);
+        union_insert(&mut self.lists[k], range);
     }
 
     fn record_canonical(&mut self, v: usize, range: Range) {
-        self.touch(v);
-        union_insert(&mut self.cover[v], range);
-        union_insert(&mut self.any[v], range);
+        let k = self.list_of(v, false);
+        union_insert(&mut self.lists[k], range);
+        self.record_any(v, range);
     }
 
     /// Appends byte ranges whose union is exactly the bytes occupied at some section of `[start, end)`
@@ -107,12 +142,12 @@ impl Occupancy {
         let (mut l, mut r) = (start as usize + self.leaves, end as usize + self.leaves);
         while l < r {
             if l & 1 == 1 {
-                out.extend_from_slice(&self.any[l]);
+                out.extend_from_slice(self.list(self.any[l]));
                 l += 1;
             }
             if r & 1 == 1 {
                 r -= 1;
-                out.extend_from_slice(&self.any[r]);
+                out.extend_from_slice(self.list(self.any[r]));
             }
             l >>= 1;
             r >>= 1;
@@ -121,10 +156,10 @@ impl Occupancy {
         for i in 1..=self.leaves.trailing_zeros() {
             let left = (l0 >> i) << i != l0;
             if left {
-                out.extend_from_slice(&self.cover[l0 >> i]);
+                out.extend_from_slice(self.list(self.cover[l0 >> i]));
             }
             if (r0 >> i) << i != r0 && !(left && (r0 - 1) >> i == l0 >> i) {
-                out.extend_from_slice(&self.cover[(r0 - 1) >> i]);
+                out.extend_from_slice(self.list(self.cover[(r0 - 1) >> i]));
             }
         }
     }
