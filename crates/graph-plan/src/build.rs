@@ -316,9 +316,13 @@ fn fuse(
     target: &Target,
     clock: &mut PassClock,
 ) -> PlanResult<Front> {
-    let fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &topo, &opts.fusion, target));
+    let (pass, fusion) = clock.run(Pass::Fusion, || {
+        let pass = fusion::Fusion::new(graph, &topo, target);
+        let plan = pass.analyse(&opts.fusion);
+        (pass, plan)
+    });
     crate::pass_checks::after_fusion(graph, &fusion)?;
-    settle_concats(graph, &topo, fusion, opts, target, clock)
+    settle_concats(graph, &topo, &pass, fusion, opts, target, clock)
 }
 
 /// The front for `fusion` when its Concat eliminations do not raise the memory bound, else for the fusion plan
@@ -329,6 +333,7 @@ fn fuse(
 fn settle_concats(
     graph: &ComputeGraph,
     topo: &TopoOrder,
+    pass: &fusion::Fusion<'_>,
     fusion: FusionPlan,
     opts: &PlanOptions,
     target: &Target,
@@ -347,7 +352,7 @@ fn settle_concats(
         .unwrap_or(u64::MAX);
     let mut off = opts.fusion.clone();
     off.caps.concat_elimination = false;
-    let alt_fusion = fusion::analyse_for(graph, topo, &off, target);
+    let alt_fusion = pass.analyse(&off);
     crate::pass_checks::after_fusion(graph, &alt_fusion)?;
     let mut alt = Front::with_fusion(graph, topo.clone(), alt_fusion, &mut scratch)?;
     let without = memory::lower_bound(graph, &alt.fusion, &alt.groups, target, &opts.memory)?;
@@ -486,13 +491,17 @@ fn run_passes(
         return Ok(r);
     }
     if stop(Pass::Fusion) && opts.order == OrderStrategy::Given {
-        let mut fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &r.topo, &opts.fusion, &target));
+        let (pass, mut fusion) = clock.run(Pass::Fusion, || {
+            let pass = fusion::Fusion::new(graph, &r.topo, &target);
+            let plan = pass.analyse(&opts.fusion);
+            (pass, plan)
+        });
         crate::pass_checks::after_fusion(graph, &fusion)?;
         // Whether Concat eliminations stay needs the memory pass: what the full pipeline would keep.
         if fusion.stats.concats_eliminated > 0 {
             // The kept front's group graph is the next pass's: its time counts as fusion here too.
             let (mut scratch, t0) = (PassClock::default(), Instant::now());
-            fusion = settle_concats(graph, &r.topo, fusion, opts, &target, &mut scratch)?.fusion;
+            fusion = settle_concats(graph, &r.topo, &pass, fusion, opts, &target, &mut scratch)?.fusion;
             clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
         }
         r.fusion = Some(fusion);

@@ -38,7 +38,7 @@ struct Pass<'a, 'g> {
     d: &'a Dense<'g>,
     opts: &'a FusionOptions,
     groups: Groups,
-    model: Model,
+    model: &'a Model,
     dag: Option<Dag>,
     /// Work left for cycle checks.
     budget_left: u64,
@@ -52,17 +52,34 @@ struct Pass<'a, 'g> {
     edges_scratch: Vec<usize>,
 }
 
+/// What every fusion run over one graph, order and target starts from: the dense view, the cost model and one
+/// group per node. Built once when the driver runs the pass twice (with and without Concat elimination).
+pub(super) struct Start<'g> {
+    d: Dense<'g>,
+    model: Model,
+    groups: Groups,
+}
+
+impl<'g> Start<'g> {
+    pub fn new(graph: &'g ComputeGraph, order: &'g TopoOrder, target: &Target) -> Start<'g> {
+        let d = Dense::new(graph, order);
+        let model = Model::new(&d, target);
+        let groups = Groups::new(&d, &model.flops);
+        Start { d, model, groups }
+    }
+}
+
+/// One run of the phases from `start`, then the plan.
 pub(super) fn run(
-    graph: &ComputeGraph,
+    start: &Start<'_>,
     order: &TopoOrder,
     opts: &FusionOptions,
-    target: &Target,
     concats: Option<&Candidates>,
 ) -> FusionPlan {
-    let d = Dense::new(graph, order);
-    let model = Model::new(&d, target);
+    let d = &start.d;
+    let model = &start.model;
     let items = (d.len() + d.num_edges()) as u64;
-    let mut groups = Groups::new(&d, &model.flops);
+    let mut groups = start.groups.clone();
     if let Some(c) = concats {
         // Concats to be eliminated stay alone: their producers keep their epilogues.
         for i in 0..d.len() {
@@ -74,7 +91,7 @@ pub(super) fn run(
     let mut p = Pass {
         groups,
         model,
-        d: &d,
+        d,
         opts,
         dag: None,
         budget_left: GLOBAL_BUDGET_PER_ITEM.saturating_mul(items).saturating_add(1 << 16),

@@ -502,12 +502,36 @@ pub fn analyse(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions) ->
 
 /// Run the fusion pass for `target` (stream count and device, used by the score and the concurrency check).
 pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions, target: &Target) -> FusionPlan {
-    let _span = tracing::debug_span!("fusion").entered();
-    let cands =
-        (opts.enabled && opts.caps.concat_elimination).then(|| concat::Candidates::new(graph, order, target.alignment));
-    let mut plan = build::run(graph, order, opts, target, cands.as_ref());
-    if let Some(c) = &cands {
-        concat::eliminate(graph, &mut plan, c);
+    Fusion::new(graph, order, target).analyse(opts)
+}
+
+/// The fusion pass over one graph, order and target, prepared once for several runs under different options
+/// (the pipeline driver's Concat check runs it with and without Concat elimination): what every run starts from
+/// (the dense view, the cost model, one group per node) is built here, not per run.
+pub struct Fusion<'g> {
+    graph: &'g ComputeGraph,
+    order: &'g TopoOrder,
+    alignment: u64,
+    start: build::Start<'g>,
+}
+
+impl<'g> Fusion<'g> {
+    /// Prepare the pass for `graph` in `order` on `target`.
+    pub fn new(graph: &'g ComputeGraph, order: &'g TopoOrder, target: &Target) -> Fusion<'g> {
+        let _span = tracing::debug_span!("fusion_start").entered();
+        Fusion { graph, order, alignment: target.alignment, start: build::Start::new(graph, order, target) }
     }
-    plan
+
+    /// One run of the pass under `opts`: the same plan [`analyse_for`] gives.
+    pub fn analyse(&self, opts: &FusionOptions) -> FusionPlan {
+        let _span = tracing::debug_span!("fusion").entered();
+        let (graph, order) = (self.graph, self.order);
+        let cands = (opts.enabled && opts.caps.concat_elimination)
+            .then(|| concat::Candidates::new(graph, order, self.alignment));
+        let mut plan = build::run(&self.start, order, opts, cands.as_ref());
+        if let Some(c) = &cands {
+            concat::eliminate(graph, &mut plan, c);
+        }
+        plan
+    }
 }

@@ -313,6 +313,7 @@ pub(super) struct Merged {
 }
 
 /// Every group, the owner of every node, and the interned reduction domains.
+#[derive(Clone)]
 pub(super) struct Groups {
     /// Groups, initially one per node position (views: dead placeholders).
     pub g: Vec<Group>,
