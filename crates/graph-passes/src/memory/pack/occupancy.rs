@@ -4,8 +4,10 @@
 //!
 //! A gap search needs only the union of the byte ranges placed over its window (`choose_gap` reads gaps between
 //! occupied runs and the top of the highest one). On a random DAG thousands of placed buffers overlap a long
-//! lifetime while their union is a handful of runs: listing every buffer made a run O(n k) for k overlapping
-//! buffers; merging them where they are recorded makes a query cost the size of a few unions.
+//! lifetime and listing each makes a run O(n k) for k overlapping buffers; merged where they are recorded, a
+//! query costs the size of a few unions instead. The unions stay fragmented (on random DAGs of 10k-30k nodes
+//! about half as many runs as buffers), so the gain is 1.2-1.6x there, and below about 256 buffers live at once
+//! the per-buffer index is faster (`greedy.rs` picks one per instance).
 //!
 //! Each node `v` (over a range of sections) keeps:
 //! - `cover[v]`: the union of the buffers whose canonical decomposition holds `v` (they cover all of `v`);
