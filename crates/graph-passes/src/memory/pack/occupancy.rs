@@ -101,30 +101,9 @@ impl Occupancy {
 
     /// Records bytes `range` (non-empty) occupied over sections `[start, end)` (`start < end`).
     pub fn insert(&mut self, range: Range, start: u32, end: u32) {
-        let (mut l, mut r) = (start as usize + self.leaves, end as usize + self.leaves);
-        while l < r {
-            if l & 1 == 1 {
-                self.record_canonical(l, range);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.record_canonical(r, range);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-        // The nodes that overlap `[start, end)` only in part: the canonical nodes' strict ancestors.
-        let (l0, r0) = (start as usize + self.leaves, end as usize + self.leaves);
-        for i in 1..=self.leaves.trailing_zeros() {
-            let left = (l0 >> i) << i != l0;
-            if left {
-                self.record_any(l0 >> i, range);
-            }
-            if (r0 >> i) << i != r0 && !(left && (r0 - 1) >> i == l0 >> i) {
-                self.record_any((r0 - 1) >> i, range);
-            }
-        }
+        let leaves = self.leaves;
+        canonical_nodes(leaves, start, end, |v| self.record_canonical(v, range));
+        partial_nodes(leaves, start, end, |v| self.record_any(v, range));
     }
 
     fn record_any(&mut self, v: usize, range: Range) {
@@ -141,28 +120,40 @@ impl Occupancy {
     /// Appends byte ranges whose union is exactly the bytes occupied at some section of `[start, end)`
     /// (`start < end`) to `out`: sorted within each recorded union, overlapping across them.
     pub fn overlapping(&self, start: u32, end: u32, out: &mut Vec<Range>) {
-        let (mut l, mut r) = (start as usize + self.leaves, end as usize + self.leaves);
-        while l < r {
-            if l & 1 == 1 {
-                out.extend_from_slice(self.list(self.any[l]));
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                out.extend_from_slice(self.list(self.any[r]));
-            }
-            l >>= 1;
-            r >>= 1;
+        canonical_nodes(self.leaves, start, end, |v| out.extend_from_slice(self.list(self.any[v])));
+        partial_nodes(self.leaves, start, end, |v| out.extend_from_slice(self.list(self.cover[v])));
+    }
+}
+
+/// Calls `f` on the canonical nodes of sections `[start, end)` in a tree of `leaves` leaves: the nodes that lie
+/// wholly inside the window while their parent does not.
+fn canonical_nodes(leaves: usize, start: u32, end: u32, mut f: impl FnMut(usize)) {
+    let (mut l, mut r) = (start as usize + leaves, end as usize + leaves);
+    while l < r {
+        if l & 1 == 1 {
+            f(l);
+            l += 1;
         }
-        let (l0, r0) = (start as usize + self.leaves, end as usize + self.leaves);
-        for i in 1..=self.leaves.trailing_zeros() {
-            let left = (l0 >> i) << i != l0;
-            if left {
-                out.extend_from_slice(self.list(self.cover[l0 >> i]));
-            }
-            if (r0 >> i) << i != r0 && !(left && (r0 - 1) >> i == l0 >> i) {
-                out.extend_from_slice(self.list(self.cover[(r0 - 1) >> i]));
-            }
+        if r & 1 == 1 {
+            r -= 1;
+            f(r);
+        }
+        l >>= 1;
+        r >>= 1;
+    }
+}
+
+/// Calls `f` once on each node that overlaps sections `[start, end)` only in part (exactly the canonical nodes'
+/// strict ancestors), as a bottom-up segment tree with lazy updates finds them.
+fn partial_nodes(leaves: usize, start: u32, end: u32, mut f: impl FnMut(usize)) {
+    let (l0, r0) = (start as usize + leaves, end as usize + leaves);
+    for i in 1..=leaves.trailing_zeros() {
+        let left = (l0 >> i) << i != l0;
+        if left {
+            f(l0 >> i);
+        }
+        if (r0 >> i) << i != r0 && !(left && (r0 - 1) >> i == l0 >> i) {
+            f((r0 - 1) >> i);
         }
     }
 }
@@ -216,13 +207,8 @@ mod tests {
     fn queries_give_the_union_of_the_overlapping_buffers() {
         // Random buffers over up to 37 sections (not a power of two), every query window checked against brute
         // force after each insertion, across a clear.
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x2545_F491_4F6C_DD1Du64);
+        let mut next = |m: u64| rng.below(m);
         for round in 0..12 {
             let sections = 1 + next(37) as u32;
             let mut occ = Occupancy::new(sections as usize);
