@@ -23,6 +23,8 @@ pub mod order;
 pub mod precision;
 pub mod stream;
 pub mod target;
+#[cfg(test)]
+mod test_rng;
 pub mod timing;
 pub mod topo;
 

@@ -187,13 +187,8 @@ mod tests {
     fn closure_answers_as_an_unbounded_search() {
         // Random DAGs (preds among earlier groups, up to 3 each, over 1-130 groups so rows span several words):
         // every pair answers the same through the closure and through a search with budget to spare.
-        let mut x = 0x1234_5678_9ABC_DEF1u64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x1234_5678_9ABC_DEF1u64);
+        let mut next = |m: u64| rng.below(m);
         for _ in 0..20 {
             let n = 1 + next(130) as usize;
             let preds: Vec<Vec<GroupId>> = (0..n)

@@ -779,13 +779,8 @@ mod tests {
     fn both_time_indexes_place_every_buffer_at_the_same_offset() {
         // Random instances with long lifetimes (many buffers live at once, where runs switch to unions) and
         // short ones, every order and fit: the two indexes answer with the same gaps, so the runs agree exactly.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::XorShift::new(0x9E37_79B9_7F4A_7C15u64);
+        let mut next = |m: u64| rng.below(m);
         for round in 0..30 {
             let n = 20 + next(200) as usize;
             let horizon = 10 + next(300);
@@ -870,14 +865,12 @@ mod tests {
         sort_by_start(&mut r, 4, &mut slots);
         assert_eq!(r, vec![(0, 4), (2, 4), (8, 12)]);
         // Both paths give the same gaps on random ranges.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = crate::test_rng::XorShift::new(0x9E37_79B9_7F4A_7C15);
         for round in 0..200 {
             let k = 1 + round % 40;
             let ranges: Vec<(u64, u64)> = (0..k)
                 .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    let x = rng.next_u64();
                     let lo = (x % 64) * 8;
                     (lo, lo + 8 * (1 + (x >> 20) % 6))
                 })
