@@ -30,7 +30,12 @@ use exec_sim::SimExecutor;
 use graph_plan::conformance::{self, ConformanceCase};
 use graph_plan::ir::op::MemSpace;
 use graph_plan::ir::{synth, ComputeGraph};
-use graph_plan::{DType, ExecutionPlan, Executor, HostTensor, Op, PlanOptions, PreparedPlan, Shape, TensorMap};
+use graph_plan::precision::{Precision, PrecisionPolicy};
+use graph_plan::set::{dims_label, SetOptions};
+use graph_plan::{
+    verify_set, BucketSpec, DType, Dims, ExecutionPlan, Executor, HostTensor, Op, PlanOptions, PlanSet, PreparedPlan,
+    Shape, TensorMap,
+};
 
 /// The shared models, in report order.
 const MODELS: [&str; 4] = ["resnet50", "mobilenet_v2", "googlenet", "bert_base"];
@@ -126,7 +131,30 @@ struct Workload {
     options: PlanOptions,
     /// Whether eager and graph submission are timed on it.
     timed: bool,
+    /// Relative tolerance against the simulator: f32, or the precision check's for half plans (a GPU sum that
+    /// differs in its last f32 bit may round to the neighbouring half value).
+    tolerance: f64,
 }
+
+/// A plan set the check runs member by member and with one padded request: one pool, one weight upload.
+struct SetWorkload {
+    name: String,
+    set: PlanSet,
+    /// Weights with data (the rest are seeded), shared by every member.
+    weights: TensorMap,
+    /// The request served by padding (dims between two buckets), and the exact graph it is checked against.
+    request: Dims,
+    exact: ComputeGraph,
+}
+
+/// The half-precision plans the check runs beside the f32 ones (issue: half precision on the device).
+const HALF_MODELS: [&str; 2] = ["resnet50", "bert_base"];
+/// Tolerance of a half plan on the device against the same half plan on the simulator.
+const HALF_TOLERANCE: f64 = 1e-2;
+/// The plan set: a dynamic export, its buckets, and the request between them served by padding.
+const SET_MODEL: &str = "mobilenet_v2";
+const SET_BUCKETS: &str = "batch=1,4";
+const SET_REQUEST: usize = 3;
 
 /// The conformance cases' two plans.
 fn case_options() -> [(&'static str, PlanOptions); 2] {
@@ -207,8 +235,26 @@ fn models_dir(args: &Args) -> Option<PathBuf> {
     candidates.into_iter().flatten().find(|d| d.join(format!("{}.onnx", MODELS[0])).is_file())
 }
 
-fn workloads(args: &Args) -> Result<(Vec<Workload>, Option<PathBuf>)> {
+fn onnx_weights(model: &graph_onnx::OnnxModel) -> TensorMap {
+    model
+        .weights
+        .iter()
+        .map(|w| (w.name.clone(), HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() }))
+        .collect()
+}
+
+/// The models' plan options: four streams, this backend's fusion caps, and `precision`.
+fn model_options(precision: Precision) -> PlanOptions {
+    let mut options = PlanOptions::with_streams(4);
+    options.fusion.caps = codegen::fusion_caps();
+    options.precision = PrecisionPolicy::new(precision);
+    options
+}
+
+/// The shared models (f32, then the half plans), the launch-bound chain, and the plan set.
+fn workloads(args: &Args) -> Result<(Vec<Workload>, Vec<SetWorkload>, Option<PathBuf>)> {
     let mut out = Vec::new();
+    let mut sets = Vec::new();
     let dir = models_dir(args);
     match &dir {
         Some(dir) => {
@@ -216,17 +262,33 @@ fn workloads(args: &Args) -> Result<(Vec<Workload>, Option<PathBuf>)> {
                 let model =
                     graph_onnx::import_file(dir.join(format!("{m}.onnx")), &graph_onnx::ImportOptions::default())
                         .with_context(|| format!("importing {m}"))?;
-                let weights = model
-                    .weights
-                    .iter()
-                    .map(|w| {
-                        let t = HostTensor { dtype: w.dtype, shape: w.shape.clone(), data: w.bytes.to_vec() };
-                        (w.name.clone(), t)
-                    })
-                    .collect();
-                let mut options = PlanOptions::with_streams(4);
-                options.fusion.caps = codegen::fusion_caps();
-                out.push(Workload { name: m.to_owned(), graph: model.graph, weights, options, timed: true });
+                let weights = onnx_weights(&model);
+                if HALF_MODELS.contains(&m) {
+                    out.push(Workload {
+                        name: format!("{m} fp16"),
+                        graph: model.graph.clone(),
+                        weights: weights.clone(),
+                        options: model_options(Precision::Fp16),
+                        timed: true,
+                        tolerance: HALF_TOLERANCE,
+                    });
+                }
+                out.push(Workload {
+                    name: m.to_owned(),
+                    graph: model.graph,
+                    weights,
+                    options: model_options(Precision::Fp32),
+                    timed: true,
+                    tolerance: TOLERANCE,
+                });
+            }
+            // f32 first, in MODELS order; the half plans after them.
+            out.sort_by_key(|w| w.options.precision.precision != Precision::Fp32);
+            let dynamic = dir.join("dynamic").join(format!("{SET_MODEL}.onnx"));
+            if dynamic.is_file() {
+                sets.push(set_workload(&dynamic)?);
+            } else {
+                eprintln!("gpu-check: {} not found: the plan set is skipped", dynamic.display());
             }
         }
         None => eprintln!("gpu-check: the shared models were not found (--models DIR or CUPLAN_MODELS_DIR): skipped"),
@@ -241,12 +303,47 @@ fn workloads(args: &Args) -> Result<(Vec<Workload>, Option<PathBuf>)> {
         weights: TensorMap::new(),
         options,
         timed: true,
+        tolerance: TOLERANCE,
     });
-    Ok((out, dir))
+    Ok((out, sets, dir))
+}
+
+/// The dynamic export at `path` planned for `SET_BUCKETS` (two streams), with the exact graph of `SET_REQUEST`.
+fn set_workload(path: &Path) -> Result<SetWorkload> {
+    let import = |d: &Dims| {
+        let options = graph_onnx::ImportOptions {
+            dims: d.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            inline_folded: true,
+            ..graph_onnx::ImportOptions::default()
+        };
+        graph_onnx::import_file(path, &options)
+    };
+    let spec = BucketSpec::parse(&[SET_BUCKETS])?;
+    let mut plan = PlanOptions::with_streams(2);
+    plan.fusion.caps = codegen::fusion_caps();
+    let opts = SetOptions { plan, fixed: Dims::new(), pad_safe: Vec::new() };
+    let set = PlanSet::build(&spec, &opts, |d| Ok(import(d)?.graph))?;
+    if let Err(v) = verify_set(&set) {
+        bail!("{SET_MODEL} set fails verify_set: {}", v.first().map(ToString::to_string).unwrap_or_default());
+    }
+    let symbol = spec.names().next().context("the set has no bucketed symbol")?.to_string();
+    let request: Dims = [(symbol, SET_REQUEST)].into();
+    let exact = import(&request).with_context(|| format!("importing {SET_MODEL} at {}", dims_label(&request)))?;
+    Ok(SetWorkload {
+        name: format!("{SET_MODEL} set {SET_BUCKETS}"),
+        weights: onnx_weights(&exact),
+        set,
+        request,
+        exact: exact.graph,
+    })
 }
 
 /// Every plan the run builds, named.
-fn all_plans(cases: &[ConformanceCase], work: &[Workload]) -> Result<Vec<(String, ExecutionPlan)>> {
+fn all_plans(
+    cases: &[ConformanceCase],
+    work: &[Workload],
+    sets: &[SetWorkload],
+) -> Result<Vec<(String, ExecutionPlan)>> {
     let mut plans = Vec::new();
     for (tag, opts) in case_options() {
         for c in cases {
@@ -256,6 +353,11 @@ fn all_plans(cases: &[ConformanceCase], work: &[Workload]) -> Result<Vec<(String
     }
     for w in work {
         plans.push((w.name.clone(), ExecutionPlan::build_with(&w.graph, &w.options).context(w.name.clone())?));
+    }
+    for s in sets {
+        for m in s.set.members() {
+            plans.push((format!("{} {}", s.name, dims_label(&m.dims)), m.plan.clone()));
+        }
     }
     Ok(plans)
 }
@@ -296,8 +398,8 @@ fn prepare(args: &Args) -> Result<()> {
     let args =
         &Args { bundle: args.bundle.canonicalize()?, models: args.models.clone(), archs: args.archs.clone(), ..*args };
     let cases = cases()?;
-    let (work, models) = workloads(args)?;
-    let plans = all_plans(&cases, &work)?;
+    let (work, sets, models) = workloads(args)?;
+    let plans = all_plans(&cases, &work, &sets)?;
     let sources = distinct_sources(&plans)?;
     let cache_dir = args.bundle.join("ptx-cache");
     let cache = CompileCache::with_dir(&cache_dir);
@@ -322,6 +424,11 @@ fn prepare(args: &Args) -> Result<()> {
             if dir.join(&name) != dst.join(&name) {
                 std::fs::copy(dir.join(&name), dst.join(&name)).with_context(|| format!("copying {name}"))?;
             }
+        }
+        let name = format!("dynamic/{SET_MODEL}.onnx");
+        if !sets.is_empty() && dir.join(&name) != dst.join(&name) {
+            std::fs::create_dir_all(dst.join("dynamic"))?;
+            std::fs::copy(dir.join(&name), dst.join(&name)).with_context(|| format!("copying {name}"))?;
         }
     }
     // This program, without debug info (the device may have no cargo, and no time to build).
@@ -352,6 +459,19 @@ fn prepare(args: &Args) -> Result<()> {
             );
         }
     }
+    for s in &sets {
+        let (weights, runs) = set_tensors(s)?;
+        for r in &runs {
+            let t = Instant::now();
+            let path = refs.join(format!("{}.bin", slug(&format!("{} {}", s.name, r.label))));
+            if read_reference(&path, fingerprint(&r.inputs, &weights)).is_none() {
+                let want = exec_sim::run_plan(&SimExecutor::new(), &r.reference, &weights, &r.inputs)
+                    .map_err(|e| anyhow::anyhow!("{} {}: sim: {e}", s.name, r.label))?;
+                write_reference(&path, fingerprint(&r.inputs, &weights), &want)?;
+                println!("  reference outputs of {} {} in {:.1} s", s.name, r.label, t.elapsed().as_secs_f64());
+            }
+        }
+    }
     std::fs::write(args.bundle.join("run.sh"), RUN_SH)?;
     // A fresh process regenerates every kernel and finds it in the cache (no NVRTC call): the device will too.
     let verified = std::process::Command::new(&dst)
@@ -373,7 +493,7 @@ fn prepare(args: &Args) -> Result<()> {
         if models.is_none() { " (no models: they will be skipped)" } else { "" }
     );
     println!("  device: carry [\"target/gpu-check\"], run `bash target/gpu-check/run.sh` (timeout 600 s)");
-    for line in device_plan(cases.len(), &work) {
+    for line in device_plan(cases.len(), &work, &sets) {
         println!("    {line}");
     }
     if size > 60 << 20 {
@@ -384,7 +504,7 @@ fn prepare(args: &Args) -> Result<()> {
 
 /// What the device run will do with this bundle, one line each (printed by `--prepare`, so that whoever spends the
 /// device time knows what it buys).
-fn device_plan(cases: usize, work: &[Workload]) -> Vec<String> {
+fn device_plan(cases: usize, work: &[Workload], sets: &[SetWorkload]) -> Vec<String> {
     let named =
         |timed: bool| -> Vec<&str> { work.iter().filter(|w| w.timed == timed).map(|w| w.name.as_str()).collect() };
     let mut lines = vec![
@@ -402,10 +522,17 @@ fn device_plan(cases: usize, work: &[Workload]) -> Vec<String> {
             work.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join(", ")
         ),
         format!(
-            "4. timings, CUDA events, median of {RUNS} runs after {WARMUP} warm-up runs, eager vs graph replay: {}",
+            "4. timings, CUDA events, median of {RUNS} runs after {WARMUP} warm-up runs, eager vs graph replay, beside \
+             the timing model's predicted makespan, and each launch timed alone against its estimate (by kernel \
+             class): {}",
             named(true).join(", ")
         ),
-        "5. writes report.md into the bundle and into $OUT; exits non-zero when any check fails".to_owned(),
+        format!(
+            "5. plan sets through one prepared set (one pool, one weight upload), each member and one padded request \
+             against exec-sim: {}",
+            sets.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+        "6. writes report.md into the bundle and into $OUT; exits non-zero when any check fails".to_owned(),
     ];
     let untimed = named(false);
     if !untimed.is_empty() {
@@ -417,8 +544,8 @@ fn device_plan(cases: usize, work: &[Workload]) -> Vec<String> {
 /// Checks, without NVRTC, that every kernel the run needs is in the bundle's PTX cache for each `--arch`.
 fn verify_bundle(args: &Args) -> Result<()> {
     let cases = cases()?;
-    let (work, _) = workloads(args)?;
-    let sources = distinct_sources(&all_plans(&cases, &work)?)?;
+    let (work, sets, _) = workloads(args)?;
+    let sources = distinct_sources(&all_plans(&cases, &work, &sets)?)?;
     let cache = CompileCache::with_dir(args.bundle.join("ptx-cache"));
     for arch in &args.archs {
         let missing = missing_kernels(&cache, &sources, &CompileOptions::for_arch(arch));
@@ -653,10 +780,10 @@ fn run(args: &Args) -> Result<()> {
     )?;
 
     let cases = cases()?;
-    let (work, models) = workloads(args)?;
+    let (work, sets, models) = workloads(args)?;
     writeln!(report, "- models: {}", models.map_or("not found: skipped".to_owned(), |d| d.display().to_string()))?;
     // Every kernel must be compilable here or already compiled: name the missing ones before anything runs.
-    let plans = all_plans(&cases, &work)?;
+    let plans = all_plans(&cases, &work, &sets)?;
     let sources = distinct_sources(&plans)?;
     let arch_options = CompileOptions::for_arch(&info.arch());
     if exec_cuda::nvrtc_availability().is_err() {
@@ -739,7 +866,11 @@ fn run(args: &Args) -> Result<()> {
     let mut printed = report.len();
 
     // Models and the chain: CUDA (graph, then eager) against the simulator's reference plan; then timings.
-    writeln!(report, "\n## Models against exec-sim (reference plan), tolerance {TOLERANCE:e} relative\n")?;
+    writeln!(
+        report,
+        "\n## Models against exec-sim (reference plan of the same precision), tolerance {TOLERANCE:e} relative \
+         (f32), {HALF_TOLERANCE:e} (fp16)\n"
+    )?;
     writeln!(
         report,
         "| workload | kernels | streams | cuBLAS products | max rel err | passed | graph == eager | prepare s | sim s |\n|---|---|---|---|---|---|---|---|---|"
@@ -767,7 +898,7 @@ fn run(args: &Args) -> Result<()> {
                     writeln!(report, "|  | {note} | | | | | | | |")?;
                 }
                 if let Some(t) = r.timing {
-                    timings.push((w.name.clone(), r.kernels, t));
+                    timings.push((w.name.clone(), r.kernels, t, r.predicted, r.classes));
                 }
             }
             Err(e) => {
@@ -783,14 +914,54 @@ fn run(args: &Args) -> Result<()> {
         "\n## Eager submission vs graph replay (median of {} runs after {WARMUP} warm-up, CUDA events)\n",
         args.runs
     )?;
-    writeln!(report, "| workload | launches | eager us | graph us | speed-up | eager - graph per launch us |\n|---|---|---|---|---|---|")?;
-    for (name, launches, (eager, graph)) in &timings {
+    writeln!(
+        report,
+        "| workload | launches | eager us | graph us | speed-up | eager - graph per launch us | predicted eager us | \
+         predicted graph us | graph measured / predicted |\n|---|---|---|---|---|---|---|---|---|"
+    )?;
+    for (name, launches, (eager, graph), (p_eager, p_graph), _) in &timings {
         writeln!(
             report,
-            "| {name} | {launches} | {eager:.1} | {graph:.1} | {:.2}x | {:.2} |",
+            "| {name} | {launches} | {eager:.1} | {graph:.1} | {:.2}x | {:.2} | {p_eager:.1} | {p_graph:.1} | {:.2} |",
             eager / graph.max(1e-9),
-            (eager - graph) / (*launches).max(1) as f64
+            (eager - graph) / (*launches).max(1) as f64,
+            graph / p_graph.max(1e-9)
         )?;
+    }
+    writeln!(
+        report,
+        "\n## Each launch alone against the timing model's estimate, by kernel class (median of {KERNEL_RUNS} passes \
+         after {KERNEL_WARMUP})\n"
+    )?;
+    writeln!(
+        report,
+        "Every launch of the plan enqueued by itself, between timing events on its stream, and waited for; the \
+         estimate is `Kernel::estimate.time_us` (roofline over the SMs its grid reaches, no launch overhead).\n"
+    )?;
+    writeln!(
+        report,
+        "| workload | class | launches | measured us | estimated us | measured / estimated | worst launch (measured / estimated) |\n|---|---|---|---|---|---|---|"
+    )?;
+    for (name, _, _, _, classes) in &timings {
+        for c in classes {
+            writeln!(
+                report,
+                "| {name} | {} | {} | {:.1} | {:.1} | {:.2} | {} |",
+                c.class,
+                c.launches,
+                c.measured_us,
+                c.estimated_us,
+                c.measured_us / c.estimated_us.max(1e-9),
+                c.worst
+            )?;
+        }
+    }
+    print!("{}", &report[printed..]);
+    printed = report.len();
+    for s in &sets {
+        failed |= set_rows(s, &graph_exec, args, &mut report)?;
+        print!("{}", &report[printed..]);
+        printed = report.len();
     }
     writeln!(
         report,
@@ -836,6 +1007,67 @@ struct ModelRow {
     notes: Vec<String>,
     /// Median eager and graph microseconds.
     timing: Option<(f64, f64)>,
+    /// The timing model's makespan with eager and with graph launch overheads, microseconds.
+    predicted: (f64, f64),
+    /// Launches timed alone against their estimates, by class (empty when untimed).
+    classes: Vec<ClassTiming>,
+}
+
+/// Untimed passes before the per-launch timings.
+const KERNEL_WARMUP: usize = 2;
+/// Timed passes of the per-launch timings.
+const KERNEL_RUNS: usize = 10;
+
+/// Launches of one kernel class timed alone, summed over the plan.
+struct ClassTiming {
+    class: String,
+    launches: usize,
+    measured_us: f64,
+    estimated_us: f64,
+    /// The launch whose measured time is furthest from its estimate (as a ratio either way), described.
+    worst: String,
+}
+
+/// The class of kernel `k` as the timing model prices it: its kind, anchors split by how they run.
+fn kernel_class(k: &graph_plan::Kernel, source: &KernelSource) -> String {
+    use graph_plan::GroupKind;
+    match k.kind {
+        GroupKind::Anchor if source.blas.is_some() => "GEMM (cuBLAS)".to_owned(),
+        GroupKind::Anchor => {
+            let ops: Vec<&str> = k.node_names().collect();
+            let conv = ops.iter().any(|n| n.to_ascii_lowercase().contains("conv"));
+            let pool = ops.iter().any(|n| n.to_ascii_lowercase().contains("pool"));
+            match (conv, pool) {
+                (true, _) => "anchor (generated conv)".to_owned(),
+                (false, true) => "anchor (generated pool)".to_owned(),
+                _ => "anchor (generated, other)".to_owned(),
+            }
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Per-class sums of `measured` (median microseconds per kernel) against the kernels' estimates.
+fn class_timings(plan: &ExecutionPlan, sources: &[KernelSource], measured: &[Option<f64>]) -> Vec<ClassTiming> {
+    let mut by: BTreeMap<String, (ClassTiming, f64)> = BTreeMap::new();
+    for (k, m) in plan.kernels().iter().zip(measured) {
+        let (Some(m), Some(src)) = (m, sources.get(k.id.index())) else { continue };
+        let class = kernel_class(k, src);
+        let est = k.estimate.time_us;
+        let off = (m / est.max(1e-9)).max(est / m.max(1e-9));
+        let e = by.entry(class.clone()).or_insert_with(|| {
+            let t = ClassTiming { class, launches: 0, measured_us: 0.0, estimated_us: 0.0, worst: String::new() };
+            (t, 0.0)
+        });
+        e.0.launches += 1;
+        e.0.measured_us += m;
+        e.0.estimated_us += est;
+        if off > e.1 {
+            e.1 = off;
+            e.0.worst = format!("{} ({}): {m:.1} / {est:.1} us", k.name, k.node_names().next().unwrap_or("?"));
+        }
+    }
+    by.into_values().map(|(t, _)| t).collect()
 }
 
 /// A workload's seeded inputs and weights (the same bytes on every machine) and its reference plan.
@@ -843,6 +1075,7 @@ fn workload_tensors(w: &Workload) -> Result<(TensorMap, TensorMap, ExecutionPlan
     let plan = ExecutionPlan::build_with(&w.graph, &w.options)?;
     let mut reference_opts = PlanOptions::reference();
     reference_opts.fusion.caps = codegen::fusion_caps();
+    reference_opts.precision = w.options.precision.clone();
     let reference = ExecutionPlan::build_with(&w.graph, &reference_opts)?;
     let (mut inputs, mut weights) = (TensorMap::new(), w.weights.clone());
     exec_sim::fill_tensors(&plan, &mut inputs, &mut weights, 0);
@@ -851,6 +1084,11 @@ fn workload_tensors(w: &Workload) -> Result<(TensorMap, TensorMap, ExecutionPlan
 
 fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor, args: &Args) -> Result<ModelRow> {
     let plan = ExecutionPlan::build_with(&w.graph, &w.options)?;
+    let predict = |overhead| {
+        let opts = exec_sim::TimingOptions { overhead, ..exec_sim::TimingOptions::for_plan(&plan) };
+        exec_sim::simulate(&plan, &opts).map(|r| r.makespan_us)
+    };
+    let predicted = (predict(exec_sim::LaunchMode::Eager)?, predict(exec_sim::LaunchMode::Graph)?);
     let (inputs, weights, reference) = workload_tensors(w)?;
     let t = Instant::now();
     let stored = args.bundle.join("reference").join(format!("{}.bin", slug(&w.name)));
@@ -875,7 +1113,7 @@ fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor,
             notes.push(format!("output '{name}' missing"));
             continue;
         };
-        let c = exec_sim::compare(name, want_t, got_t, TOLERANCE);
+        let c = exec_sim::compare(name, want_t, got_t, w.tolerance);
         max_rel_err = max_rel_err.max(c.max_rel_err);
         passed &= c.passed;
         if c.reference_non_finite > 0 {
@@ -890,6 +1128,15 @@ fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor,
         notes.push(format!("cuBLAS not used: {why}"));
     }
     let timing = if w.timed { Some(time_modes(&mut e, &mut g, args.runs)?) } else { None };
+    // A failure here costs only this table, not the row's checks and timings.
+    let classes = match w.timed.then(|| e.time_kernels(KERNEL_WARMUP, KERNEL_RUNS)) {
+        Some(Ok(measured)) => class_timings(&plan, e.sources(), &measured),
+        Some(Err(err)) => {
+            notes.push(format!("timing launches alone failed: {err}"));
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
     Ok(ModelRow {
         kernels: plan.kernel_count_fused,
         streams: plan.num_streams,
@@ -901,7 +1148,110 @@ fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor,
         sim_s,
         notes,
         timing,
+        predicted,
+        classes,
     })
+}
+
+/// A set's runs: each member on its own bucket's inputs, and the padded request on the exact graph's.
+struct SetRun {
+    label: String,
+    /// The member that serves it, and whether it is the padded request.
+    member: usize,
+    padded: bool,
+    inputs: TensorMap,
+    /// What the simulator runs for the expected outputs: the member's plan, or the exact graph's reference plan.
+    reference: ExecutionPlan,
+}
+
+/// The set's shared weights (the file's, the rest seeded from the first member) and its runs.
+fn set_tensors(s: &SetWorkload) -> Result<(TensorMap, Vec<SetRun>)> {
+    let mut weights = s.weights.clone();
+    let mut runs = Vec::new();
+    for (i, m) in s.set.members().iter().enumerate() {
+        let mut inputs = TensorMap::new();
+        exec_sim::fill_tensors(&m.plan, &mut inputs, &mut weights, 0);
+        runs.push(SetRun { label: dims_label(&m.dims), member: i, padded: false, inputs, reference: m.plan.clone() });
+    }
+    let mut reference_opts = PlanOptions::reference();
+    reference_opts.fusion.caps = codegen::fusion_caps();
+    let reference = ExecutionPlan::build_with(&s.exact, &reference_opts)?;
+    let mut inputs = TensorMap::new();
+    exec_sim::fill_tensors(&reference, &mut inputs, &mut weights.clone(), 0);
+    let member = s
+        .set
+        .members()
+        .iter()
+        .position(|m| m.dims.iter().all(|(k, v)| s.request.get(k).is_none_or(|r| r <= v)))
+        .context("no member serves the request")?;
+    runs.push(SetRun { label: format!("{} (padded)", dims_label(&s.request)), member, padded: true, inputs, reference });
+    Ok((weights, runs))
+}
+
+/// Runs `s` through one prepared set on the GPU and appends its table; true when a check failed.
+fn set_rows(s: &SetWorkload, exec: &CudaExecutor, args: &Args, report: &mut String) -> Result<bool> {
+    let (weights, runs) = set_tensors(s)?;
+    let t = Instant::now();
+    let mut prepared = exec.prepare_set(&s.set, &weights).map_err(|e| anyhow::anyhow!("{}: prepare_set: {e}", s.name))?;
+    let prepare_s = t.elapsed().as_secs_f64();
+    let pool = s.set.region_bytes(graph_plan::Region::Pool);
+    let largest = s.set.members().iter().map(|m| m.plan.region_bytes(graph_plan::Region::Pool)).max().unwrap_or(0);
+    writeln!(
+        report,
+        "\n## Plan set {} (one prepared set: {:.1} s, pool {:.2} MiB, largest member's own pool {:.2} MiB)\n",
+        s.name,
+        prepare_s,
+        pool as f64 / f64::from(1u32 << 20),
+        largest as f64 / f64::from(1u32 << 20)
+    )?;
+    writeln!(report, "| run | member | kernels | max rel err | passed |\n|---|---|---|---|---|")?;
+    let mut failed = false;
+    for r in &runs {
+        let path = args.bundle.join("reference").join(format!("{}.bin", slug(&format!("{} {}", s.name, r.label))));
+        let want = match read_reference(&path, fingerprint(&r.inputs, &weights)).filter(|_| !args.sim) {
+            Some(w) => w,
+            None => exec_sim::run_plan(&SimExecutor::new(), &r.reference, &weights, &r.inputs)
+                .map_err(|e| anyhow::anyhow!("{} {}: sim: {e}", s.name, r.label))?,
+        };
+        let got = if r.padded {
+            prepared.run_request(&s.request, &r.inputs, false).map_err(|e| anyhow::anyhow!("{}: {e}", r.label))
+        } else {
+            prepared.run_member(r.member, &r.inputs).map_err(cuda("run_member"))
+        };
+        let (mut max_rel, mut passed) = (0.0f64, true);
+        let mut notes = Vec::new();
+        match got {
+            Ok(got) => {
+                for (name, want_t) in &want {
+                    let Some(got_t) = got.get(name) else {
+                        passed = false;
+                        notes.push(format!("output '{name}' missing"));
+                        continue;
+                    };
+                    let c = exec_sim::compare(name, want_t, got_t, TOLERANCE);
+                    max_rel = max_rel.max(c.max_rel_err);
+                    passed &= c.passed;
+                }
+            }
+            Err(e) => {
+                passed = false;
+                notes.push(e.to_string());
+            }
+        }
+        failed |= !passed;
+        let member = &s.set.members()[r.member];
+        writeln!(
+            report,
+            "| {} | {} | {} | {:.2e} | {}{} |",
+            r.label,
+            dims_label(&member.dims),
+            member.plan.kernel_count_fused,
+            max_rel,
+            if passed { "yes" } else { "**NO**" },
+            notes.iter().map(|n| format!("; {n}")).collect::<String>()
+        )?;
+    }
+    Ok(failed)
 }
 
 fn cuda(what: &'static str) -> impl Fn(CudaError) -> anyhow::Error {

@@ -676,6 +676,56 @@ impl CudaPrepared {
         Ok(times)
     }
 
+    /// Times each launch alone: the plan's steps enqueued one at a time in submission order (a valid serial order:
+    /// every record precedes its waits), each launch bracketed by timing events on its own stream and waited for
+    /// before the next step, `count` times after `warmup` untimed passes. What the timing model's per-launch
+    /// estimate (`Kernel::estimate.time_us`, alone on the device) predicts, so the two can be compared kernel by
+    /// kernel.
+    ///
+    /// Returns, per plan kernel (indexed by `KernelId`), the median microseconds of its launches; `None` for a
+    /// kernel the steps never launch.
+    ///
+    /// # Errors
+    /// [`CudaError::Driver`].
+    pub fn time_kernels(&mut self, warmup: usize, count: usize) -> CudaResult<Vec<Option<f64>>> {
+        let sh = &self.shared;
+        let n = self.plan.num_streams.max(1).min(sh.streams.len());
+        let work = self.res.work(&self.plan, &sh.regions);
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); self.plan.kernels().len()];
+        for pass in 0..warmup + count {
+            for (i, step) in self.plan.steps.iter().enumerate() {
+                let one = Work { steps: &self.plan.steps[i..=i], ..work };
+                let PlanStep::Launch { stream, kernel, .. } = step else {
+                    one.enqueue(&sh.streams[..n])?;
+                    continue;
+                };
+                let s = sh.streams.get(stream.index()).ok_or_else(|| CudaError::Unsupported {
+                    kernel: kernel.to_string(),
+                    what: format!("launch on {stream}, the plan has {n} streams"),
+                })?;
+                s.record(&sh.timer.0)?;
+                one.enqueue(&sh.streams[..n])?;
+                s.record(&sh.timer.1)?;
+                sh.timer.1.synchronize()?;
+                if pass >= warmup {
+                    if let Some(v) = samples.get_mut(kernel.index()) {
+                        v.push(sh.timer.0.elapsed_us(&sh.timer.1)?);
+                    }
+                }
+            }
+            for s in &sh.streams[..n] {
+                s.synchronize()?;
+            }
+        }
+        Ok(samples
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied()
+            })
+            .collect())
+    }
+
     /// Runs on `inputs` with this backend's own error type (see [`PreparedPlan::run`]).
     ///
     /// # Errors
