@@ -119,6 +119,10 @@ fn graphs() -> Vec<(ComputeGraph, bool)> {
         // A 1x1 score matrix scaled from the left: both Mul operands are scalars.
         (block(1, 1, 1, Scale::MulLeft, Mask::None), false),
         (block(2, 70, 8, Scale::Div, Mask::Computed), true),
+        // Head widths of whole warps: the warp-cooperative scores (one warp per query row, BERT's 64 with the
+        // head merge in the kernel's layout).
+        (block(2, 70, 32, Scale::Div, Mask::Padding), false),
+        (block(2, 70, 64, Scale::MulLeft, Mask::Causal), true),
     ]
 }
 
@@ -236,6 +240,20 @@ fn attention_kernels_match_the_reference_plan_on_the_host_emulator() {
         let cache = exec_cuda::CompileCache::from_env();
         let n = common::compile_distinct(test, &sources, &cache, &exec_cuda::CompileOptions::default());
         eprintln!("{test}: {n} distinct kernels compiled with NVRTC");
+    }
+}
+
+/// Heads whose width is a whole number of warps get the warp-cooperative scores (beside the per-thread walk, for
+/// warps the guard cuts); narrower heads only the per-thread walk.
+#[test]
+fn whole_warp_heads_share_their_scores() {
+    for (d, coop) in [(8, false), (32, true), (64, true), (48, false)] {
+        let g = block(2, 70, d, Scale::Div, Mask::Padding);
+        let plan = ExecutionPlan::build_with(&g, &options(None, false, false)).unwrap();
+        let k = plan.kernels().iter().find(|k| k.kind == GroupKind::Attention).unwrap();
+        let src = codegen::generate(k).unwrap().source;
+        assert_eq!(src.contains("__shfl_sync("), coop, "head width {d}\n{src}");
+        assert!(src.contains("float s"), "head width {d}: the per-thread walk is always there");
     }
 }
 

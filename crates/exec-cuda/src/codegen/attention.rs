@@ -184,54 +184,162 @@ pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult
         }
         None => None,
     };
-    let (qs, ks, vs, qfull, kfull, vfull) =
-        (qd.to_vec(), kd.to_vec(), vd.to_vec(), full([sq, dk]), full([dk, sk]), full([sk, dv]));
+    let ops = Operands {
+        q: (qv, qd.to_vec(), full([sq, dk])),
+        k: (kv, kd.to_vec(), full([dk, sk])),
+        v: (vv, vd.to_vec(), full([sk, dv])),
+        mask: mask.map(|(mv, mshape)| (mv, mshape, full([sq, sk]))),
+        scale,
+        sq,
+        sk,
+        dk,
+        dv,
+    };
     let b = e.def("long long", "t", &format!("{idx} / {}LL", (sq * dv).max(1)));
     let i = e.def("long long", "t", &format!("({idx} / {}LL) % {}LL", dv.max(1), sq.max(1)));
     let d = e.def("long long", "t", &format!("{idx} % {}LL", dv.max(1)));
     let neg_inf = "-__int_as_float(0x7f800000)";
     let (m, l, acc) = (e.fresh("m"), e.fresh("l"), e.fresh("acc"));
     e.line(&format!("float {m} = {neg_inf}, {l} = 0.0f, {acc} = 0.0f;"));
-    let j0 = e.fresh("j");
-    e.open(&format!("for (long long {j0} = 0; {j0} < {sk}LL; {j0} += {TILE}LL)"));
-    let (cols, s, tmax) = (e.fresh("n"), e.fresh("s"), e.fresh("m"));
-    e.line(&format!("const long long {cols} = min({TILE}LL, {sk}LL - {j0});"));
-    e.line(&format!("float {s}[{TILE}];"));
-    e.line(&format!("float {tmax} = {neg_inf};"));
-    // The tile's scores.
-    let jj = e.fresh("j");
-    e.open(&format!("for (long long {jj} = 0; {jj} < {cols}; ++{jj})"));
-    let j = e.def("long long", "t", &format!("{j0} + {jj}"));
+    // One thread per output element, so the `dv` threads of a query row would each form the row's scores: where a
+    // whole warp is inside the guard and computes one row (the output's last axis is the row's columns, and its
+    // 32 consecutive elements share the row, as in every head-merge layout), the warp forms each tile's scores
+    // once, lane by lane, and passes them round by shuffles. Same tiles, same sums in the same order, same
+    // rounding: the two paths give the same bits.
+    let coop = match e.guard {
+        Some(n) if dv >= WARP && dv % WARP == 0 && TILE % WARP == 0 => {
+            let lane = e.def("long long", "t", "(long long)(threadIdx.x & 31u)");
+            let row = e.def("long long", "t", &format!("{b} * {sq}LL + {i}"));
+            let coop = e.fresh("coop");
+            e.line(&format!(
+                "const bool {coop} = i - {lane} + {WARP}LL <= {n}LL && __all_sync(0xffffffffu, {row} == \
+                 __shfl_sync(0xffffffffu, {row}, 0));"
+            ));
+            e.open(&format!("if ({coop})"));
+            tiles(e, &Tiles { b: &b, i: &i, d: &d, m: &m, l: &l, acc: &acc, lane: Some(&lane) }, &ops)?;
+            e.close();
+            true
+        }
+        _ => false,
+    };
+    if coop {
+        e.open("else");
+    }
+    tiles(e, &Tiles { b: &b, i: &i, d: &d, m: &m, l: &l, acc: &acc, lane: None }, &ops)?;
+    if coop {
+        e.close();
+    }
+    // One rounding, to the output's dtype, on the store.
+    Ok(e.def("float", "v", &emit::round(&format!("{acc} / {l}"), o.dtype)))
+}
+
+/// Lanes of a warp.
+const WARP: usize = 32;
+
+/// The chain's operands as the tile loop reads them: value, own dims, and the dims it broadcasts to.
+struct Operands {
+    q: (ValueId, Vec<usize>, Vec<usize>),
+    k: (ValueId, Vec<usize>, Vec<usize>),
+    v: (ValueId, Vec<usize>, Vec<usize>),
+    mask: Option<(ValueId, Vec<usize>, Vec<usize>)>,
+    /// The scale's C expression and whether it divides.
+    scale: Option<(String, bool)>,
+    sq: usize,
+    sk: usize,
+    dk: usize,
+    dv: usize,
+}
+
+/// The C names the tile loop reads and updates: the thread's batch, query row and column, the running maximum,
+/// sum and accumulator, and with `lane` the warp-cooperative form.
+struct Tiles<'a> {
+    b: &'a str,
+    i: &'a str,
+    d: &'a str,
+    m: &'a str,
+    l: &'a str,
+    acc: &'a str,
+    lane: Option<&'a str>,
+}
+
+/// One score `Q[b, i, :] . K^T[b, :, j]`, scaled and masked, into a new local.
+fn score(e: &mut Emitter<'_>, t: &Tiles<'_>, o: &Operands, j: &str) -> CudaResult<String> {
+    let (b, i, sq, sk, dk) = (t.b, t.i, o.sq, o.sk, o.dk);
     let dot = e.fresh("dot");
     e.line(&format!("float {dot} = 0.0f;"));
     let kk = e.fresh("k");
     e.open(&format!("for (long long {kk} = 0; {kk} < {dk}LL; ++{kk})"));
     let qi = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {dk}LL + {kk}"));
-    let qi = e.broadcast_index(&qi, &qfull, &qs);
+    let qi = e.broadcast_index(&qi, &o.q.2, &o.q.1);
     let ki = e.def("long long", "t", &format!("({b} * {dk}LL + {kk}) * {sk}LL + {j}"));
-    let ki = e.broadcast_index(&ki, &kfull, &ks);
-    let qx = e.at(qv, &qi)?;
-    let kx = e.at(kv, &ki)?;
+    let ki = e.broadcast_index(&ki, &o.k.2, &o.k.1);
+    let qx = e.at(o.q.0, &qi)?;
+    let kx = e.at(o.k.0, &ki)?;
     e.line(&format!("{dot} += {qx} * {kx};"));
     e.close();
-    if let Some((sc, div)) = &scale {
+    if let Some((sc, div)) = &o.scale {
         let op = if *div { '/' } else { '*' };
         e.line(&format!("{dot} = {dot} {op} {sc};"));
     }
-    if let Some((mv, mshape)) = &mask {
+    if let Some((mv, mshape, mfull)) = &o.mask {
         let mi = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {sk}LL + {j}"));
-        let mi = e.broadcast_index(&mi, &full([sq, sk]), mshape);
+        let mi = e.broadcast_index(&mi, mfull, mshape);
         let mx = e.at(*mv, &mi)?;
         e.line(&format!("{dot} = {dot} + {mx};"));
     }
-    e.line(&format!("{s}[{jj}] = {dot};"));
+    Ok(dot)
+}
+
+/// The online-softmax walk over the keys in tiles of [`TILE`] (module docs). Alone, the thread forms each tile's
+/// scores itself; with `lane`, lane `x` forms scores `x, x + 32, ..` of the tile (`TILE / 32` registers), the
+/// tile's maximum is a butterfly over the warp, and the accumulation reads each score from its lane.
+fn tiles(e: &mut Emitter<'_>, t: &Tiles<'_>, o: &Operands) -> CudaResult<()> {
+    let (b, d, m, l, acc, sk, dv) = (t.b, t.d, t.m, t.l, t.acc, o.sk, o.dv);
+    let neg_inf = "-__int_as_float(0x7f800000)";
+    let nan = "__int_as_float(0x7fc00000)";
+    let j0 = e.fresh("j");
+    e.open(&format!("for (long long {j0} = 0; {j0} < {sk}LL; {j0} += {TILE}LL)"));
+    let (cols, tmax) = (e.fresh("n"), e.fresh("m"));
+    e.line(&format!("const long long {cols} = min({TILE}LL, {sk}LL - {j0});"));
+    e.line(&format!("float {tmax} = {neg_inf};"));
+    // The tile's scores: in a local array, or one register per 32 keys in each lane (slot `r` holds key
+    // `32 r + lane`; the loop over slots is unrolled, so the registers are never indexed at run time).
+    let s = e.fresh("s");
+    let (jj, slot) = match t.lane {
+        None => {
+            e.line(&format!("float {s}[{TILE}];"));
+            let jj = e.fresh("j");
+            e.open(&format!("for (long long {jj} = 0; {jj} < {cols}; ++{jj})"));
+            (jj.clone(), format!("{s}[{jj}]"))
+        }
+        Some(lane) => {
+            e.line(&format!("float {s}[{}];", TILE / WARP));
+            let r = e.fresh("r");
+            e.line("#pragma unroll");
+            e.open(&format!("for (int {r} = 0; {r} < {}; ++{r})", TILE / WARP));
+            let jj = e.def("long long", "j", &format!("{r} * {WARP}LL + {lane}"));
+            // Lanes past the tile's end hold -inf: they never raise the maximum and are never read.
+            e.line(&format!("{s}[{r}] = {neg_inf};"));
+            e.line(&format!("if ({jj} >= {cols}) continue;"));
+            (jj, format!("{s}[{r}]"))
+        }
+    };
+    let j = e.def("long long", "t", &format!("{j0} + {jj}"));
+    let dot = score(e, t, o, &j)?;
+    e.line(&format!("{slot} = {dot};"));
     e.line(&format!("if ({dot} > {tmax} || {dot} != {dot}) {tmax} = {dot};"));
     e.close();
+    if t.lane.is_some() {
+        // The tile's maximum over the warp; a NaN anywhere makes it NaN, as the sequential scan does.
+        let x = e.fresh("x");
+        e.open(&format!("for (int {x} = 16; {x} > 0; {x} >>= 1)"));
+        let other = e.def("float", "m", &format!("__shfl_xor_sync(0xffffffffu, {tmax}, {x})"));
+        e.line(&format!("{tmax} = ({tmax} != {tmax} || {other} != {other}) ? {nan} : fmaxf({tmax}, {other});"));
+        e.close();
+    }
     // Rescale, then accumulate the tile.
     let mnew = e.fresh("m");
-    e.line(&format!(
-        "const float {mnew} = ({m} != {m} || {tmax} != {tmax}) ? __int_as_float(0x7fc00000) : fmaxf({m}, {tmax});"
-    ));
+    e.line(&format!("const float {mnew} = ({m} != {m} || {tmax} != {tmax}) ? {nan} : fmaxf({m}, {tmax});"));
     e.line(&format!("if ({mnew} == {neg_inf}) continue;"));
     let corr = e.fresh("c");
     e.line(&format!("const float {corr} = {m} == {neg_inf} ? 0.0f : expf({m} - {mnew});"));
@@ -239,17 +347,28 @@ pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult
     e.line(&format!("{acc} *= {corr};"));
     let jj = e.fresh("j");
     e.open(&format!("for (long long {jj} = 0; {jj} < {cols}; ++{jj})"));
-    let p = e.def("float", "p", &format!("expf({s}[{jj}] - {mnew})"));
+    let sj = match t.lane {
+        None => format!("{s}[{jj}]"),
+        Some(_) => {
+            // Every lane reads the same slot of the same source lane (jj is uniform over the warp).
+            let sel = e.fresh("s");
+            e.line(&format!("float {sel} = {};", s.clone() + "[0]"));
+            for r in 1..TILE / WARP {
+                e.line(&format!("if ({jj} / {WARP}LL == {r}LL) {sel} = {s}[{r}];"));
+            }
+            e.def("float", "s", &format!("__shfl_sync(0xffffffffu, {sel}, (int)({jj} % {WARP}LL))"))
+        }
+    };
+    let p = e.def("float", "p", &format!("expf({sj} - {mnew})"));
     e.line(&format!("{l} += {p};"));
     let vi = e.def("long long", "t", &format!("({b} * {sk}LL + {j0} + {jj}) * {dv}LL + {d}"));
-    let vi = e.broadcast_index(&vi, &vfull, &vs);
-    let vx = e.at(vv, &vi)?;
+    let vi = e.broadcast_index(&vi, &o.v.2, &o.v.1);
+    let vx = e.at(o.v.0, &vi)?;
     e.line(&format!("{acc} += {p} * {vx};"));
     e.close();
     e.line(&format!("{m} = {mnew};"));
     e.close();
-    // One rounding, to the output's dtype, on the store.
-    Ok(e.def("float", "v", &emit::round(&format!("{acc} / {l}"), o.dtype)))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -159,6 +159,7 @@ pub(crate) fn generate_with(
     e.line("const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;");
     for (n, outs) in &groups {
         e.open(&format!("if (i < {n}LL)"));
+        e.guard = Some(*n);
         for &(v, b) in outs {
             let r = e.at(v, "i")?;
             let d = value_checked(kernel, v)?.dtype;
@@ -203,6 +204,9 @@ pub(crate) struct Emitter<'k> {
     /// The chain of a fused attention kernel: its output is computed by [`attention::output_at`], its
     /// intermediates never.
     pub(crate) attention: Option<attention::Chain>,
+    /// The element count of the guarded block being emitted (`if (i < guard)`), for code that must know whether
+    /// a whole warp is inside it (the attention kernel's warp-cooperative scores).
+    pub(crate) guard: Option<usize>,
 }
 
 /// A value of a fused row kernel known through per-row results (`reduce::fused`).
@@ -243,6 +247,7 @@ impl<'k> Emitter<'k> {
             next: 0,
             rows: HashMap::new(),
             attention: None,
+            guard: None,
         })
     }
 

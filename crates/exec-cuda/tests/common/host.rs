@@ -67,6 +67,28 @@ static inline T __shfl_down_sync(unsigned, T v, int o) {
     cuplan_warp_bar[w]->arrive_and_wait();
     return r;
 }
+template <typename T>
+static inline T __shfl_sync(unsigned, T v, int src) {
+    static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a wide type");
+    unsigned t = threadIdx.x, w = t >> 5;
+    memcpy(&cuplan_slots[t], &v, sizeof(T));
+    cuplan_warp_bar[w]->arrive_and_wait();
+    T r;
+    memcpy(&r, &cuplan_slots[(w << 5) + ((unsigned)src & 31u)], sizeof(T));
+    cuplan_warp_bar[w]->arrive_and_wait();
+    return r;
+}
+template <typename T>
+static inline T __shfl_xor_sync(unsigned m, T v, int x) {
+    return __shfl_sync(m, v, (int)((threadIdx.x & 31u) ^ (unsigned)x));
+}
+static inline int __all_sync(unsigned m, int p) {
+    unsigned lane = threadIdx.x & 31u;
+    int all = 1;
+    for (int s = 0; s < 32; ++s) all &= __shfl_sync(m, p, s) != 0;
+    (void)lane;
+    return all;
+}
 "#;
 
 const MAIN: &str = r#"
@@ -357,6 +379,11 @@ fn host_matmul(regions: &mut HostRegions, b: &codegen::BlasStep) {
 
 fn run_kernel(exe: &Path, dir: &Path, index: usize, src: &codegen::KernelSource, regions: &mut HostRegions) {
     let (mode, grid, block) = match src.launch {
+        // Per-element kernels run one host thread at a time, unless they use warp intrinsics (the attention
+        // kernel's cooperative scores): then one host thread per CUDA thread, as row kernels.
+        Launch::Elements { threads, block } if src.source.contains("__shfl_sync(") => {
+            ('r', threads.div_ceil(u64::from(block)).max(1), block)
+        }
         Launch::Elements { threads, block } => ('e', threads.div_ceil(u64::from(block)).max(1), block),
         // Row kernels stride by blockDim, so any block size computes the same rows; two warps keep the
         // cross-warp step covered while costing the emulator a quarter of the host threads.

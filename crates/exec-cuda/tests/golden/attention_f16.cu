@@ -22,8 +22,8 @@ extern "C" __global__ void cuplan_kernel(const unsigned short* __restrict__ b0, 
         float m5 = -__int_as_float(0x7f800000), l6 = 0.0f, acc7 = 0.0f;
         for (long long j8 = 0; j8 < 5LL; j8 += 64LL) {
             const long long n9 = min(64LL, 5LL - j8);
-            float s10[64];
-            float m11 = -__int_as_float(0x7f800000);
+            float m10 = -__int_as_float(0x7f800000);
+            float s11[64];
             for (long long j12 = 0; j12 < n9; ++j12) {
                 const long long t13 = j8 + j12;
                 float dot14 = 0.0f;
@@ -39,16 +39,16 @@ extern "C" __global__ void cuplan_kernel(const unsigned short* __restrict__ b0, 
                 const long long t21 = (t20 % 5LL);
                 const float v22 = b3[t21];
                 dot14 = dot14 + v22;
-                s10[j12] = dot14;
-                if (dot14 > m11 || dot14 != dot14) m11 = dot14;
+                s11[j12] = dot14;
+                if (dot14 > m10 || dot14 != dot14) m10 = dot14;
             }
-            const float m23 = (m5 != m5 || m11 != m11) ? __int_as_float(0x7fc00000) : fmaxf(m5, m11);
+            const float m23 = (m5 != m5 || m10 != m10) ? __int_as_float(0x7fc00000) : fmaxf(m5, m10);
             if (m23 == -__int_as_float(0x7f800000)) continue;
             const float c24 = m5 == -__int_as_float(0x7f800000) ? 0.0f : expf(m5 - m23);
             l6 *= c24;
             acc7 *= c24;
             for (long long j25 = 0; j25 < n9; ++j25) {
-                const float p26 = expf(s10[j25] - m23);
+                const float p26 = expf(s11[j25] - m23);
                 l6 += p26;
                 const long long t27 = (t2 * 5LL + j8 + j25) * 4LL + t4;
                 const float v28 = h2f(b4[t27]);
