@@ -654,6 +654,7 @@ else
 fi
 rc=$?
 if [ -n "${OUT:-}" ] && [ -f "$HERE/report.md" ]; then cp "$HERE/report.md" "$OUT/"; fi
+if [ -n "${OUT:-}" ] && [ -f "$HERE/launches.tsv" ]; then cp "$HERE/launches.tsv" "$OUT/"; fi
 # PyTorch on the same GPU, for comparison (does not change the exit status).
 if [ -f "$HERE/torch_baseline.py" ] && python3 -c 'import torch, torchvision' 2>/dev/null; then
     timeout 300 python3 "$HERE/torch_baseline.py" --out "$HERE/torch.md" || echo "gpu-check: the PyTorch baseline failed"
@@ -887,6 +888,7 @@ fn run(args: &Args) -> Result<()> {
         "| workload | kernels | streams | cuBLAS products | max rel err | passed | graph == eager | prepare s | sim s |\n|---|---|---|---|---|---|---|---|---|"
     )?;
     let mut timings = Vec::new();
+    let mut launches = vec![LAUNCHES_HEADER.to_owned()];
     for w in &work {
         let row = model_row(w, &graph_exec, &eager_exec, args);
         match row {
@@ -908,6 +910,7 @@ fn run(args: &Args) -> Result<()> {
                 for note in &r.notes {
                     writeln!(report, "|  | {note} | | | | | | | |")?;
                 }
+                launches.extend(r.launch_lines);
                 if let Some(t) = r.timing {
                     timings.push((w.name.clone(), r.kernels, t, r.predicted, r.classes));
                 }
@@ -981,6 +984,7 @@ fn run(args: &Args) -> Result<()> {
         if failed { "FAILED" } else { "all passed" }
     )?;
     print!("{}", &report[printed..]);
+    std::fs::write(args.bundle.join("launches.tsv"), launches.join("\n") + "\n")?;
     let path = args.bundle.join("report.md");
     std::fs::create_dir_all(&args.bundle)?;
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
@@ -1022,6 +1026,42 @@ struct ModelRow {
     predicted: (f64, f64),
     /// Launches timed alone against their estimates, by class (empty when untimed).
     classes: Vec<ClassTiming>,
+    /// One line per launch timed alone (`launch_lines`), for launches.tsv.
+    launch_lines: Vec<String>,
+}
+
+/// The header of launches.tsv: every launch timed alone, beside its estimate and shape.
+const LAUNCHES_HEADER: &str =
+    "workload\tkernel\tfirst node\tclass\tthreads\tblock\tflops\tbytes\testimated us\tmeasured us";
+
+/// launches.tsv's lines for one plan.
+fn launch_lines(name: &str, plan: &ExecutionPlan, sources: &[KernelSource], measured: &[Option<f64>]) -> Vec<String> {
+    plan.kernels()
+        .iter()
+        .zip(measured)
+        .filter_map(|(k, m)| {
+            let (m, src) = (m.as_ref()?, sources.get(k.id.index())?);
+            let (threads, block) = match src.launch {
+                Launch::Elements { threads, block } => (threads, block),
+                Launch::Rows { rows, block } => (rows * u64::from(block), block),
+                Launch::Fixed { grid, block, .. } => (
+                    grid.iter().map(|&g| u64::from(g)).product::<u64>()
+                        * block.iter().map(|&b| u64::from(b)).product::<u64>(),
+                    block[0] * block[1] * block[2],
+                ),
+                Launch::None => (0, 0),
+            };
+            Some(format!(
+                "{name}\t{}\t{}\t{}\t{threads}\t{block}\t{}\t{}\t{:.2}\t{m:.2}",
+                k.name,
+                k.node_names().next().unwrap_or("?"),
+                kernel_class(k, src),
+                k.cost.flops,
+                k.cost.bytes_read + k.cost.bytes_written,
+                k.estimate.time_us,
+            ))
+        })
+        .collect()
 }
 
 /// Untimed passes before the per-launch timings.
@@ -1165,8 +1205,12 @@ fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor,
     }
     let timing = if w.timed { Some(time_modes(&mut e, &mut g, args.runs)?) } else { None };
     // A failure here costs only this table, not the row's checks and timings.
+    let mut lines = Vec::new();
     let classes = match w.timed.then(|| e.time_kernels(KERNEL_WARMUP, KERNEL_RUNS)) {
-        Some(Ok(measured)) => class_timings(&plan, e.sources(), &measured),
+        Some(Ok(measured)) => {
+            lines = launch_lines(&w.name, &plan, e.sources(), &measured);
+            class_timings(&plan, e.sources(), &measured)
+        }
         Some(Err(err)) => {
             notes.push(format!("timing launches alone failed: {err}"));
             Vec::new()
@@ -1186,6 +1230,7 @@ fn model_row(w: &Workload, graph_exec: &CudaExecutor, eager_exec: &CudaExecutor,
         timing,
         predicted,
         classes,
+        launch_lines: lines,
     })
 }
 
