@@ -267,6 +267,52 @@ fn grouped_strided_conv_and_pools() {
     }
 }
 
+/// Pointwise Convs (1x1, unit stride, no padding, one group) run as cuBLAS products over the images, the weight
+/// shared: with a bias and a Relu in the epilogue, and bare; two images, against a direct loop.
+#[test]
+fn pointwise_convs_run_as_products() {
+    let mut g = ComputeGraph::new("pointwise");
+    let x = g.add_input("x", DType::F32, [2, 6, 3, 4]).unwrap();
+    let w0 = g.add_input("w0", DType::F32, [5, 6, 1, 1]).unwrap();
+    let b0 = g.add_input("b0", DType::F32, [5]).unwrap();
+    let w1 = g.add_input("w1", DType::F32, [3, 6, 1, 1]).unwrap();
+    let unit = ConvAttrs { strides: vec![1, 1], pads: vec![0; 4], dilations: vec![], group: 1 };
+    let y0 = node(&mut g, "conv0", Op::Conv(unit.clone()), &[x, w0, b0]);
+    let r0 = node(&mut g, "relu0", Op::Relu, &[y0]);
+    let y1 = node(&mut g, "conv1", Op::Conv(unit), &[x, w1]);
+    g.mark_output(r0).unwrap();
+    g.mark_output(y1).unwrap();
+    let mut opts = PlanOptions::with_streams(1);
+    opts.fusion.caps = codegen::fusion_caps();
+    let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+    let sources = codegen::generate_all(&plan).unwrap();
+    let products: Vec<_> = sources.iter().filter_map(|s| s.blas.as_ref()).collect();
+    assert_eq!(products.len(), 2, "both convs are cuBLAS products");
+    for p in &products {
+        assert_eq!((p.matmul.batch, p.matmul.n, p.matmul.k, p.matmul.stride_a), (2, 12, 6, 0));
+    }
+    let (xv, wv0, bv, wv1) = (seq(144, 0.1, 0.05), seq(30, 0.2, 0.0), seq(5, 0.3, 0.1), seq(18, 0.15, -0.02));
+    let data = [("x", f(&xv)), ("w0", f(&wv0)), ("b0", f(&bv)), ("w1", f(&wv1))];
+    let Some(out) = run("pointwise", &g, 1, &data) else {
+        return;
+    };
+    let conv = |w: &[f32], cout: usize, bias: Option<&[f32]>, relu: bool| -> Vec<f32> {
+        let mut y = vec![0.0f32; 2 * cout * 12];
+        for n in 0..2 {
+            for m in 0..cout {
+                for p in 0..12 {
+                    let acc: f32 = (0..6).map(|c| w[m * 6 + c] * xv[(n * 6 + c) * 12 + p]).sum::<f32>()
+                        + bias.map_or(0.0, |b| b[m]);
+                    y[(n * cout + m) * 12 + p] = if relu { acc.max(0.0) } else { acc };
+                }
+            }
+        }
+        y
+    };
+    close("conv0", &out[&g.tensor(r0).name], &conv(&wv0, 5, Some(&bv), true));
+    close("conv1", &out[&g.tensor(y1).name], &conv(&wv1, 3, None, false));
+}
+
 #[test]
 fn row_kernels() {
     let mut g = ComputeGraph::new("t");

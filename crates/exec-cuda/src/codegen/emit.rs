@@ -400,6 +400,13 @@ impl<'k> Emitter<'k> {
                     let cval = self.at(cv, &ci)?;
                     return Ok(self.def("float", "v", &round(&format!("{p} + {} * {cval}", flit(*beta)), od)));
                 }
+                if let (Op::Conv(_), Some(_)) = (&instr.op, instr.inputs.get(2)) {
+                    // A pointwise Conv's bias, per output channel (axis 1).
+                    let (bv, _) = input(2)?;
+                    let ch = self.def("long long", "t", &Self::coord(idx, &oshape, 1));
+                    let bval = self.at(bv, &ch)?;
+                    return Ok(self.def("float", "v", &round(&format!("{p} + {bval}"), od)));
+                }
                 if pd != od {
                     return Ok(self.def("float", "v", &round(&p, od)));
                 }

@@ -322,11 +322,15 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let (alpha, has_c, trans_a, trans_b) = match &first.op {
         Op::MatMul => (1.0, false, false, false),
         Op::Gemm { alpha, trans_a, trans_b, .. } => (*alpha, first.inputs.len() == 3, *trans_a, *trans_b),
+        // A pointwise Conv is a product (`conv_as_matmul`); its bias is the epilogue's C term.
+        Op::Conv(_) => (1.0, first.inputs.len() == 3, false, false),
         _ => return Ok(None),
     };
-    let (Some(&va), Some(&vb), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
+    let (Some(&v0), Some(&v1), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
         return Ok(None);
     };
+    // A Conv's product is weight x input: the weight is the left operand.
+    let (va, vb) = if matches!(first.op, Op::Conv(_)) { (v1, v0) } else { (v0, v1) };
     let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
     // f32, f16 or bf16 operands of one type, and the anchor computing in it (ops do not mix float dtypes; the
     // precision transform inserts casts instead).
@@ -339,7 +343,11 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
         return Ok(None);
     };
-    let Some(mut mm) = matmul_spec(a.shape.dims(), b.shape.dims(), y.shape.dims(), trans_a, trans_b, alpha) else {
+    let spec = match &first.op {
+        Op::Conv(attrs) => conv_as_matmul(attrs, a.shape.dims(), b.shape.dims(), y.shape.dims()),
+        _ => matmul_spec(a.shape.dims(), b.shape.dims(), y.shape.dims(), trans_a, trans_b, alpha),
+    };
+    let Some(mut mm) = spec else {
         return Ok(None);
     };
     // Where the product lands: the anchor output's own buffer, or (fused epilogue) the buffer of a final output
@@ -407,6 +415,32 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     Ok(Some(src))
 }
 
+/// The product a pointwise Conv is, when it is one: a 1x1 window, unit strides, no padding, one group. Then
+/// `Y[n] (Cout x HW) = W (Cout x Cin) . X[n] (Cin x HW)` for each image `n`, a strided batch over the images with
+/// the weight shared (stride 0), in the tensors' own NCHW layout. `w`, `x`, `y`: the weight, input and output
+/// dims.
+pub(crate) fn conv_as_matmul(
+    attrs: &graph_plan::op::ConvAttrs,
+    w: &[usize],
+    x: &[usize],
+    y: &[usize],
+) -> Option<Matmul> {
+    let sp = x.len().checked_sub(2).filter(|&s| s > 0)?;
+    let ones = |v: &[usize]| v.iter().all(|&d| d == 1);
+    let pointwise = w.len() == x.len()
+        && ones(&w[2..])
+        && attrs.group <= 1
+        && ones(&attrs.strides)
+        && attrs.pads.iter().all(|&p| p == 0)
+        && y.len() == x.len()
+        && y[2..] == x[2..];
+    if !pointwise || attrs.strides.len() > sp || w[1] != x[1] || y[1] != w[0] || y[0] != x[0] {
+        return None;
+    }
+    let hw: usize = x[2..].iter().product();
+    matmul_spec(&[w[0], w[1]], &[x[0], x[1], hw], &[y[0], y[1], hw], false, false, 1.0)
+}
+
 /// The row-major product for ONNX MatMul/Gemm operand shapes, when cuBLAS's strided batch can express it: equal
 /// batch dims, or one side without batch dims (broadcast with stride 0).
 pub(crate) fn matmul_spec(
@@ -465,5 +499,24 @@ mod tests {
         // Partially broadcast batch dims are left to the per-element kernel.
         assert!(matmul_spec(&[2, 1, 3, 4], &[1, 2, 4, 5], &[2, 2, 3, 5], false, false, 1.0).is_none());
         assert!(matmul_spec(&[4], &[4, 5], &[5], false, false, 1.0).is_none());
+    }
+
+    #[test]
+    fn pointwise_convs_are_products() {
+        use graph_plan::op::ConvAttrs;
+        let unit = ConvAttrs { strides: vec![1, 1], pads: vec![0; 4], dilations: vec![], group: 1 };
+        let mm = conv_as_matmul(&unit, &[8, 4, 1, 1], &[2, 4, 3, 5], &[2, 8, 3, 5]).unwrap();
+        assert_eq!((mm.batch, mm.m, mm.n, mm.k), (2, 8, 15, 4));
+        assert_eq!((mm.stride_a, mm.stride_b, mm.stride_c), (0, 60, 120), "the weight is shared by the images");
+        let one = conv_as_matmul(&ConvAttrs::default(), &[8, 4, 1], &[1, 4, 7], &[1, 8, 7]).unwrap();
+        assert_eq!((one.batch, one.m, one.n, one.k), (1, 8, 7, 4));
+        // A window, a stride, padding or groups make it a convolution proper.
+        assert!(conv_as_matmul(&unit, &[8, 4, 3, 3], &[1, 4, 5, 5], &[1, 8, 3, 3]).is_none());
+        let strided = ConvAttrs { strides: vec![2, 2], ..unit.clone() };
+        assert!(conv_as_matmul(&strided, &[8, 4, 1, 1], &[1, 4, 6, 6], &[1, 8, 3, 3]).is_none());
+        let padded = ConvAttrs { pads: vec![1, 1, 1, 1], ..unit.clone() };
+        assert!(conv_as_matmul(&padded, &[8, 4, 1, 1], &[1, 4, 5, 5], &[1, 8, 7, 7]).is_none());
+        let grouped = ConvAttrs { group: 2, ..unit };
+        assert!(conv_as_matmul(&grouped, &[8, 2, 1, 1], &[1, 4, 5, 5], &[1, 8, 5, 5]).is_none());
     }
 }
