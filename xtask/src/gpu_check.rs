@@ -1362,6 +1362,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn launches_are_classed_and_summed_against_their_estimates() {
+        let g = synth::mlp(2, 32, 4).unwrap();
+        let mut opts = PlanOptions::with_streams(1);
+        opts.fusion.caps = codegen::fusion_caps();
+        let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+        let sources = codegen::generate_all_with(&plan, &CodegenOptions { cublas: true }).unwrap();
+        // Every kernel measured at twice its estimate, but the first not measured at all.
+        let measured: Vec<Option<f64>> =
+            plan.kernels().iter().enumerate().map(|(i, k)| (i > 0).then_some(2.0 * k.estimate.time_us)).collect();
+        let classes = class_timings(&plan, &sources, &measured);
+        assert_eq!(classes.iter().map(|c| c.launches).sum::<usize>(), plan.kernels().len() - 1);
+        assert!(classes.iter().any(|c| c.class == "GEMM (cuBLAS)"), "an MLP's products run on cuBLAS");
+        for c in &classes {
+            assert!((c.measured_us - 2.0 * c.estimated_us).abs() <= 1e-9 * c.measured_us.max(1.0), "{}", c.class);
+            assert!(c.worst.contains(" / "), "{}: {}", c.class, c.worst);
+        }
+        let lines = launch_lines("mlp", &plan, &sources, &measured);
+        assert_eq!(lines.len(), plan.kernels().len() - 1);
+        let columns = LAUNCHES_HEADER.split('\t').count();
+        assert!(lines.iter().all(|l| l.starts_with("mlp\t") && l.split('\t').count() == columns), "{lines:?}");
+    }
+
+    #[test]
     fn slugs_are_file_names() {
         assert_eq!(slug("chain1000 (fusion off)"), "chain1000-fusion-off");
         assert_eq!(slug("bert_base"), "bert-base");

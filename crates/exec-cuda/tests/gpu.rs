@@ -455,6 +455,23 @@ fn eager_and_graph_modes_agree_and_time() {
             assert_eq!(t.len(), 5);
             assert!(t.iter().all(|&us| us > 0.0 && us.is_finite()), "{t:?}");
             eprintln!("{} {}: {:?} us", g.name(), mode.name(), t);
+            // Each launch alone: one median per launched kernel, none for the others, and the outputs unchanged
+            // by the serial pass (it runs the same steps).
+            let alone = p.time_kernels(1, 3).unwrap();
+            assert_eq!(alone.len(), plan.kernels().len());
+            let launched: std::collections::HashSet<usize> = plan
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    graph_plan::PlanStep::Launch { kernel, .. } => Some(kernel.index()),
+                    _ => None,
+                })
+                .collect();
+            for (k, us) in alone.iter().enumerate() {
+                assert_eq!(us.is_some(), launched.contains(&k), "{}: kernel {k}", g.name());
+                assert!(us.is_none_or(|us| us > 0.0 && us.is_finite()), "{}: kernel {k}: {us:?}", g.name());
+            }
+            assert_eq!(p.run(&inputs).unwrap(), outs[outs.len() - 1], "{}: a run after time_kernels", g.name());
         }
         assert_eq!(outs[0], outs[1], "{}: graph and eager outputs", g.name());
     }
