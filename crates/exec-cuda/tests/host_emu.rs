@@ -530,6 +530,42 @@ fn fused_plans_match_reference_plans() {
     differential("fused_plans_match_reference_plans", &graphs, &optimised, 1e-4);
 }
 
+/// Pool chains (a strided pool whose result a second pool also reads) are one kernel that writes both results,
+/// recomputing the first pool over the second's window; max and average (with and without the padding counted),
+/// against the reference plan's kernels, one per pool.
+#[test]
+fn pool_chains_match_reference_plans() {
+    let mut graphs = Vec::new();
+    for (second_max, include_pad) in [(true, false), (false, false), (false, true)] {
+        let mut g = ComputeGraph::new(format!("pool_chain_{second_max}_{include_pad}"));
+        let x = g.add_input("x", DType::F32, [1, 3, 9, 11]).unwrap();
+        let w = g.add_input("w", DType::F32, [2, 3, 1, 1]).unwrap();
+        let down = PoolAttrs { kernel_shape: vec![3, 3], strides: vec![2, 2], pads: vec![1; 4], ..Default::default() };
+        let p1 = node(&mut g, "stage_pool", Op::MaxPool(down), &[x]);
+        let c = node(&mut g, "conv", Op::Conv(ConvAttrs { group: 1, ..Default::default() }), &[p1, w]);
+        let same = PoolAttrs {
+            kernel_shape: vec![3, 3],
+            strides: vec![1, 1],
+            pads: vec![1; 4],
+            count_include_pad: include_pad,
+            ..Default::default()
+        };
+        let op = if second_max { Op::MaxPool(same) } else { Op::AveragePool(same) };
+        let p2 = node(&mut g, "branch_pool", op, &[p1]);
+        g.mark_output(c).unwrap();
+        g.mark_output(p2).unwrap();
+        graphs.push(g);
+    }
+    let mut optimised = PlanOptions::with_streams(1);
+    optimised.fusion.caps = codegen::fusion_caps();
+    for g in &graphs {
+        let plan = ExecutionPlan::build_with(g, &optimised).unwrap();
+        let chained = plan.kernels().iter().filter(|k| k.body.len() == 2).count();
+        assert_eq!(chained, 1, "{}: the two pools share a kernel\n{plan}", g.name());
+    }
+    differential("pool_chains_match_reference_plans", &graphs, &optimised, 1e-6);
+}
+
 #[test]
 fn eliminated_concat_producers_write_their_slices() {
     // Three conv+relu branches of 8 x 8 x 8 f32 (2048 bytes each) joined on axis 1 of a batch-1 map: the Concat

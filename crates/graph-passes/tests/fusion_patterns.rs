@@ -120,6 +120,57 @@ fn matmul_gemm_and_pool_epilogues() {
     );
 }
 
+/// An inception stage: a strided max pool read by a 1x1 conv and by the next module's branch pool. The two pools
+/// share a kernel (the kernel writes both results); a window larger than `POOL_CHAIN_MAX_WINDOW` does not chain,
+/// nor does a Conv with a pool; with `pool_chain` off each pool is its own kernel again; and a third pool after a
+/// chain finds the chain taken (one per kernel).
+#[test]
+fn pool_chains_share_a_kernel() {
+    let down = PoolAttrs { kernel_shape: vec![3, 3], strides: vec![2, 2], pads: vec![1; 4], ..Default::default() };
+    let same = PoolAttrs { kernel_shape: vec![3, 3], strides: vec![1, 1], pads: vec![1; 4], ..Default::default() };
+    let stage = |third: bool| {
+        let mut g = ComputeGraph::new("inception");
+        let x = g.add_input("x", F, [1, 8, 16, 16]).unwrap();
+        let w = g.add_weight("w", F, [4, 8, 1, 1]).unwrap();
+        let p1 = n1(&mut g, "stage_pool", Op::MaxPool(down.clone()), &[x]);
+        let c = n1(&mut g, "branch_conv", Op::Conv(ConvAttrs { group: 1, ..Default::default() }), &[p1, w]);
+        let r = n1(&mut g, "branch_relu", Op::Relu, &[c]);
+        let mut p2 = n1(&mut g, "branch_pool", Op::MaxPool(same.clone()), &[p1]);
+        if third {
+            p2 = n1(&mut g, "third_pool", Op::AveragePool(same.clone()), &[p2]);
+        }
+        let wide = PoolAttrs { kernel_shape: vec![5, 5], strides: vec![1, 1], pads: vec![2; 4], ..Default::default() };
+        let p4 = n1(&mut g, "wide_pool", Op::MaxPool(wide), &[r]);
+        for t in [p2, p4] {
+            g.mark_output(t).unwrap();
+        }
+        g
+    };
+    let g = stage(false);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(
+        names(&g, &p),
+        vec![vec!["stage_pool", "branch_pool"], vec!["branch_conv", "branch_relu"], vec!["wide_pool"]]
+    );
+    assert_eq!(kinds(&p)[0], GroupKind::Anchor);
+    assert_eq!(outputs(&g, &p, 0).len(), 2, "the chain writes both results: {:?}", outputs(&g, &p, 0));
+    assert_eq!(verdict(&p, "branch_relu", "wide_pool"), Some(RejectReason::Pattern), "a Conv does not chain");
+    let caps = FusionCaps { pool_chain: false, ..FusionCaps::all() };
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &p, &caps);
+    assert_eq!(p.groups.len(), 4);
+    assert_eq!(verdict(&p, "stage_pool", "branch_pool"), Some(RejectReason::Pattern));
+    // Three pools in a row: one chain, the other pool alone.
+    let g = stage(true);
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    let pooled: Vec<usize> =
+        names(&g, &p).iter().map(|gr| gr.iter().filter(|n| n.ends_with("_pool")).count()).collect();
+    assert_eq!(pooled.iter().filter(|&&c| c == 2).count(), 1, "one chain: {:?}", names(&g, &p));
+    assert_eq!(pooled.iter().sum::<usize>(), 4);
+}
+
 /// ReduceMax, Sub, Exp, ReduceSum, Div over the last axis, as exporters decompose Softmax.
 fn softmax_decomposed(g: &mut ComputeGraph, p: &str, x: graph_ir::TensorId) -> graph_ir::TensorId {
     let mx = n1(g, &format!("{p}max"), Op::ReduceMax { axes: Some(vec![-1]), keepdims: true }, &[x]);

@@ -147,6 +147,8 @@ pub fn fusion_caps() -> FusionCaps {
         attention: true,
         // Producers write into their slice of an eliminated Concat's output: only buffer offsets.
         concat_elimination: true,
+        // The per-element emitter computes the first pool at each position of the second's window.
+        pool_chain: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,

@@ -284,7 +284,7 @@ impl Pass<'_, '_> {
         if inputs.len() > caps.max_inputs {
             return Err((RejectReason::CapsExceeded, Why::MaxInputs { inputs: inputs.len(), cap: caps.max_inputs }));
         }
-        let m = Merged { kind: GroupKind::Attention, anchor: NONE, domain: NONE };
+        let m = Merged { kind: GroupKind::Attention, anchor: NONE, chain: NONE, domain: NONE };
         let mut acc = gs[0];
         for &g in &gs[1..] {
             let pv = self.groups.preview(d, acc, g);

@@ -154,11 +154,20 @@ pub struct FusionCaps {
     /// allocation (see `fusion/concat.rs`). The backend needs nothing but buffer offsets.
     #[serde(default = "default_true")]
     pub concat_elimination: bool,
+    /// A pool that reads another pool's result may share its kernel (a pool chain, as an inception module's
+    /// branch pool after the stage's pool): the kernel writes both results and recomputes the first pool over
+    /// the second's window ([`POOL_CHAIN_MAX_WINDOW`] elements at most), so the chain costs one launch.
+    #[serde(default = "default_true")]
+    pub pool_chain: bool,
     /// Most distinct external inputs of one kernel.
     pub max_inputs: usize,
     /// Most ops (non-view nodes) in one kernel.
     pub max_ops: usize,
 }
+
+/// Largest window (elements of one output's window) of the second pool of a pool chain: each of its outputs
+/// recomputes the first pool at every window position, so the first pool's reads grow by this factor.
+pub const POOL_CHAIN_MAX_WINDOW: usize = 9;
 
 fn default_true() -> bool {
     true
@@ -179,6 +188,7 @@ impl FusionCaps {
             select_epilogue: true,
             attention: true,
             concat_elimination: true,
+            pool_chain: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -198,6 +208,7 @@ impl FusionCaps {
             select_epilogue: false,
             attention: false,
             concat_elimination: false,
+            pool_chain: false,
             max_inputs: 64,
             max_ops: 256,
         }

@@ -5,7 +5,7 @@ use graph_ir::{Op, OpCategory};
 use std::collections::HashMap;
 
 use super::dense::{Dense, NONE};
-use super::{FusionCaps, GroupKind, RejectReason};
+use super::{FusionCaps, GroupKind, RejectReason, POOL_CHAIN_MAX_WINDOW};
 
 /// The specifics of a rejection (node and tensor positions), formatted by `text` when reported.
 #[derive(Clone, Debug, PartialEq)]
@@ -267,6 +267,9 @@ pub(super) struct Group {
     pub kind: GroupKind,
     /// Position of the group's anchor, `NONE` if none.
     pub anchor: u32,
+    /// Position of the first pool of a pool chain (`FusionCaps::pool_chain`) whose second pool is the anchor,
+    /// `NONE` if none.
+    pub chain: u32,
     /// Interned reduction domain, `NONE` if the group has no reduction.
     pub domain: u32,
     /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
@@ -309,6 +312,8 @@ pub(super) struct Preview {
 pub(super) struct Merged {
     pub kind: GroupKind,
     pub anchor: u32,
+    /// The first pool of a pool chain (`Group::chain`).
+    pub chain: u32,
     pub domain: u32,
 }
 
@@ -392,6 +397,7 @@ impl Groups {
                 alive: !view,
                 kind: GroupKind::of(cat),
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
+                chain: NONE,
                 domain: node_domain[i as usize],
                 opaque,
                 pinned: false,
@@ -558,6 +564,7 @@ impl Groups {
         k.members.extend_from_slice(&moved);
         k.kind = m.kind;
         k.anchor = m.anchor;
+        k.chain = m.chain;
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
@@ -593,10 +600,22 @@ impl Groups {
                 return reject(RejectReason::Pattern, Why::AttnClosed { node: g.lo });
             }
         }
-        if ga.anchor != NONE && gb.anchor != NONE {
-            return reject(RejectReason::Pattern, Why::TwoAnchors { a: ga.anchor, b: gb.anchor });
-        }
-        let anchor = if ga.anchor != NONE { ga.anchor } else { gb.anchor };
+        let mut chain = if ga.chain != NONE { ga.chain } else { gb.chain };
+        let anchor = if ga.anchor != NONE && gb.anchor != NONE {
+            // Two pools, the second reading the first's result, may chain; any other pair of anchors is two
+            // kernels.
+            match pool_chain(d, caps, ga.anchor, gb.anchor, chain) {
+                Some((first, second)) => {
+                    chain = first;
+                    second
+                }
+                None => return reject(RejectReason::Pattern, Why::TwoAnchors { a: ga.anchor, b: gb.anchor }),
+            }
+        } else if ga.anchor != NONE {
+            ga.anchor
+        } else {
+            gb.anchor
+        };
         let domain = match (ga.domain, gb.domain) {
             (NONE, x) | (x, NONE) => x,
             (x, y) if x == y => x,
@@ -647,10 +666,20 @@ impl Groups {
                     return reject(RejectReason::CapsExceeded, Why::CapOff(which));
                 }
                 let inside = self.inside(a, b);
+                // Only the chain's first pool may compute an operand of its anchor; nothing computes the first
+                // pool's.
                 for &t in d.inputs(anchor) {
                     let p = d.kprod[t as usize];
-                    if p != NONE && inside(p) {
+                    if p != NONE && p != chain && inside(p) {
                         return reject(RejectReason::Pattern, Why::Prologue { p, anchor });
+                    }
+                }
+                if chain != NONE {
+                    for &t in d.inputs(chain) {
+                        let p = d.kprod[t as usize];
+                        if p != NONE && inside(p) {
+                            return reject(RejectReason::Pattern, Why::Prologue { p, anchor: chain });
+                        }
                     }
                 }
             }
@@ -666,7 +695,7 @@ impl Groups {
         if ops > caps.max_ops {
             return reject(RejectReason::CapsExceeded, Why::MaxOps { ops, cap: caps.max_ops });
         }
-        Ok(Merged { kind, anchor, domain })
+        Ok(Merged { kind, anchor, chain, domain })
     }
 
     /// The rest of legality, on the merged lists: input count, several writers, iteration spaces, row rules.
@@ -828,6 +857,30 @@ impl Groups {
 }
 
 /// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token).
+/// The pool chain of anchors `x` and `y` as `(first, second)`: both MaxPool or AveragePool, the second reading
+/// the first's result directly as its data operand, with a window of at most [`POOL_CHAIN_MAX_WINDOW`]
+/// elements; `None` when the caps refuse chains, a chain is already there (`chain`), or they do not chain.
+fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> Option<(u32, u32)> {
+    if !caps.pool_chain || chain != NONE {
+        return None;
+    }
+    let window = |i: u32| match d.op(i) {
+        Op::MaxPool(a) | Op::AveragePool(a) => Some(a.kernel_shape.iter().product::<usize>()),
+        _ => None,
+    };
+    window(x)?;
+    window(y)?;
+    let reads = |second: u32, first: u32| d.inputs(second).first().is_some_and(|t| d.outputs(first).contains(t));
+    let (first, second) = if reads(y, x) {
+        (x, y)
+    } else if reads(x, y) {
+        (y, x)
+    } else {
+        return None;
+    };
+    (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
+}
+
 /// It picks one slice of its input, so in an anchor's epilogue it only routes part of the result.
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
     matches!(d.op(i), Op::Gather { .. })
