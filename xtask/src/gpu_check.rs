@@ -471,6 +471,7 @@ fn prepare(args: &Args) -> Result<()> {
     }
     std::fs::write(args.bundle.join("run.sh"), RUN_SH)?;
     std::fs::write(args.bundle.join("torch_baseline.py"), TORCH_BASELINE)?;
+    bundle_gpu_tests(&args.bundle.join("tests"))?;
     // A fresh process regenerates every kernel and finds it in the cache (no NVRTC call): the device will too.
     let verified = std::process::Command::new(&dst)
         .args(["gpu-check", "--verify-bundle", "--bundle"])
@@ -497,6 +498,48 @@ fn prepare(args: &Args) -> Result<()> {
     if size > 60 << 20 {
         bail!("the bundle is over 60 MiB: it would not fit the device tool's 64 MiB carry");
     }
+    Ok(())
+}
+
+/// exec-cuda's test binaries that need a GPU, carried so that the device runs them from the bundle (no cargo
+/// there); run.sh runs each after the check.
+const GPU_TESTS: [&str; 2] = ["gpu", "attention"];
+
+/// Builds exec-cuda's GPU test binaries in release (`cargo test --no-run`, their paths from cargo's JSON
+/// messages) and copies them, without debug info, into `dir`. Without cargo (a bundle's own binary) it says so
+/// and carries none.
+fn bundle_gpu_tests(dir: &Path) -> Result<()> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+        .current_dir(workspace_root())
+        .args(["test", "--release", "-p", "exec-cuda", "--no-run", "--message-format=json"])
+        .args(GPU_TESTS.iter().flat_map(|t| ["--test", t]))
+        .stderr(std::process::Stdio::inherit())
+        .output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => bail!("building exec-cuda's GPU tests failed ({})", o.status),
+        Err(e) => {
+            eprintln!("  (cargo is not available: the bundle carries no test binaries: {e})");
+            return Ok(());
+        }
+    };
+    std::fs::create_dir_all(dir)?;
+    let mut carried = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        let name = msg.pointer("/target/name").and_then(serde_json::Value::as_str);
+        let exe = msg.get("executable").and_then(serde_json::Value::as_str);
+        if let (Some(name), Some(exe)) = (name, exe) {
+            if GPU_TESTS.contains(&name) {
+                let dst = dir.join(name);
+                std::fs::copy(exe, &dst).with_context(|| format!("copying the test binary {exe}"))?;
+                let _ = std::process::Command::new("strip").arg("--strip-debug").arg(&dst).status();
+                carried.push(name.to_owned());
+            }
+        }
+    }
+    carried.sort_unstable();
+    println!("  exec-cuda GPU tests carried: {}", carried.join(", "));
     Ok(())
 }
 
@@ -533,6 +576,7 @@ fn device_plan(cases: usize, work: &[Workload], sets: &[SetWorkload]) -> Vec<Str
         "6. writes report.md into the bundle and into $OUT; exits non-zero when any check fails".to_owned(),
         "7. where python3 has torch: PyTorch eager and CUDA-graph times of the same architectures (torch.md)"
             .to_owned(),
+        format!("8. exec-cuda's GPU test binaries from tests/ ({}), logs in $OUT/tests-NAME.log", GPU_TESTS.join(", ")),
     ];
     let untimed = named(false);
     if !untimed.is_empty() {
@@ -655,6 +699,17 @@ fi
 rc=$?
 if [ -n "${OUT:-}" ] && [ -f "$HERE/report.md" ]; then cp "$HERE/report.md" "$OUT/"; fi
 if [ -n "${OUT:-}" ] && [ -f "$HERE/launches.tsv" ]; then cp "$HERE/launches.tsv" "$OUT/"; fi
+# exec-cuda's GPU tests, carried as binaries (a failure makes the exit status non-zero).
+for t in "$HERE"/tests/*; do
+    [ -x "$t" ] || continue
+    name="$(basename "$t")"
+    log="$HERE/tests-$name.log"
+    CUPLAN_PTX_CACHE="$HERE/ptx-cache" timeout 300 "$t" --test-threads 1 >"$log" 2>&1
+    trc=$?
+    echo "gpu-check: tests/$name exit $trc: $(grep -E '^test result' "$log" | tail -1)"
+    [ $trc -ne 0 ] && rc=1
+    if [ -n "${OUT:-}" ]; then cp "$log" "$OUT/"; fi
+done
 # PyTorch on the same GPU, for comparison (does not change the exit status).
 if [ -f "$HERE/torch_baseline.py" ] && python3 -c 'import torch, torchvision' 2>/dev/null; then
     timeout 300 python3 "$HERE/torch_baseline.py" --out "$HERE/torch.md" || echo "gpu-check: the PyTorch baseline failed"
