@@ -8,9 +8,14 @@
 //! `O[b, i, d]` (batch `b`, query row `i`, column `d` of V) is computed by the thread that needs it: it walks the
 //! keys in tiles of [`TILE`], forms each tile's scores in registers (`Q[b, i, :] . K^T[b, :, j]`, scaled and
 //! masked), and keeps a running maximum `m`, a running sum `l` and the accumulator `acc = sum_j p_j V[b, j, d]`,
-//! rescaled by `exp(m_old - m_new)` once per tile (FlashAttention's online softmax). Every thread of a row
-//! recomputes the row's scores (`dv`-fold redundant work): simple and correct rather than fast; a block per query
-//! row sharing K/V tiles in shared memory is the next step.
+//! rescaled by `exp(m_old - m_new)` once per tile (FlashAttention's online softmax). Where a whole warp computes
+//! one query row (`dv` a multiple of 32, the row's columns innermost in the output, as in every head-merge
+//! layout; checked at run time per warp), the warp forms each tile's scores once: lane `x` forms scores `x` and
+//! `x + 32` in registers, the tile's maximum is a butterfly, and the accumulation reads each score from its lane
+//! by shuffle (bert_base on an H200: 264 -> 35 us per kernel, `docs/gpu.md`). Other warps (narrow heads, a row
+//! cut by the guard) walk alone, every thread forming its row's scores. Both walks use the same tiles, sums in the
+//! same order and the same rounding, so they give the same bits. A block per query row sharing K/V tiles in
+//! shared memory is the next step.
 //!
 //! **Semantics: exec-sim's (`exec_sim::attention`).** The chain is found the same way (`chain` mirrors its
 //! matcher on the kernel program); Q and K^T broadcast their batch axes together (numpy rules), V broadcasts into
