@@ -55,38 +55,34 @@ static std::barrier<>* cuplan_block_bar = nullptr;
 static std::vector<std::unique_ptr<std::barrier<>>> cuplan_warp_bar;
 static unsigned long long cuplan_slots[1024];
 static inline void __syncthreads() { cuplan_block_bar->arrive_and_wait(); }
+// Every lane of the warp publishes its value, then reads the one of thread `src` (its own when `src` is itself).
 template <typename T>
-static inline T __shfl_down_sync(unsigned, T v, int o) {
-    static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a wide type");
-    unsigned t = threadIdx.x, w = t >> 5;
-    memcpy(&cuplan_slots[t], &v, sizeof(T));
-    cuplan_warp_bar[w]->arrive_and_wait();
-    unsigned src = t + (unsigned)o;
-    T r = v;
-    if ((t & 31) + (unsigned)o < 32 && src < blockDim.x) memcpy(&r, &cuplan_slots[src], sizeof(T));
-    cuplan_warp_bar[w]->arrive_and_wait();
-    return r;
-}
-template <typename T>
-static inline T __shfl_sync(unsigned, T v, int src) {
+static inline T cuplan_exchange(T v, unsigned src) {
     static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a wide type");
     unsigned t = threadIdx.x, w = t >> 5;
     memcpy(&cuplan_slots[t], &v, sizeof(T));
     cuplan_warp_bar[w]->arrive_and_wait();
     T r;
-    memcpy(&r, &cuplan_slots[(w << 5) + ((unsigned)src & 31u)], sizeof(T));
+    memcpy(&r, &cuplan_slots[src], sizeof(T));
     cuplan_warp_bar[w]->arrive_and_wait();
     return r;
+}
+template <typename T>
+static inline T __shfl_down_sync(unsigned, T v, int o) {
+    unsigned t = threadIdx.x, src = t + (unsigned)o;
+    return cuplan_exchange(v, (t & 31) + (unsigned)o < 32 && src < blockDim.x ? src : t);
+}
+template <typename T>
+static inline T __shfl_sync(unsigned, T v, int src) {
+    return cuplan_exchange(v, (threadIdx.x & ~31u) + ((unsigned)src & 31u));
 }
 template <typename T>
 static inline T __shfl_xor_sync(unsigned m, T v, int x) {
     return __shfl_sync(m, v, (int)((threadIdx.x & 31u) ^ (unsigned)x));
 }
 static inline int __all_sync(unsigned m, int p) {
-    unsigned lane = threadIdx.x & 31u;
     int all = 1;
     for (int s = 0; s < 32; ++s) all &= __shfl_sync(m, p, s) != 0;
-    (void)lane;
     return all;
 }
 "#;
