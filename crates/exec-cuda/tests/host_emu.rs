@@ -285,6 +285,7 @@ fn pointwise_convs_run_as_products() {
     let mut opts = PlanOptions::with_streams(1);
     opts.fusion.caps = codegen::fusion_caps();
     let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+    graph_plan::verify(&plan).unwrap();
     let sources = codegen::generate_all(&plan).unwrap();
     let products: Vec<_> = sources.iter().filter_map(|s| s.blas.as_ref()).collect();
     assert_eq!(products.len(), 2, "both convs are cuBLAS products");
@@ -560,6 +561,7 @@ fn pool_chains_match_reference_plans() {
     optimised.fusion.caps = codegen::fusion_caps();
     for g in &graphs {
         let plan = ExecutionPlan::build_with(g, &optimised).unwrap();
+        graph_plan::verify(&plan).unwrap();
         let chained = plan.kernels().iter().filter(|k| k.body.len() == 2).count();
         assert_eq!(chained, 1, "{}: the two pools share a kernel\n{plan}", g.name());
     }
