@@ -568,6 +568,39 @@ fn pool_chains_match_reference_plans() {
     differential("pool_chains_match_reference_plans", &graphs, &optimised, 1e-6);
 }
 
+/// Sibling products (a horizontal GEMM) planned under caps that allow them (exec-cuda's own keep them off): the
+/// backend declines cuBLAS for a kernel with several products and generates a per-element kernel that computes
+/// each product and its epilogue, the Q, K and V projections of a transformer layer and a gated MLP's gate and
+/// up projections with the product that combines them.
+#[test]
+fn sibling_products_run_as_generated_kernels() {
+    assert!(!codegen::fusion_caps().horizontal_gemm);
+    let mut mlp = ComputeGraph::new("gated_mlp");
+    let x = mlp.add_input("x", DType::F32, [5, 8]).unwrap();
+    let w1 = mlp.add_weight("w1", DType::F32, [8, 12]).unwrap();
+    let w3 = mlp.add_weight("w3", DType::F32, [8, 12]).unwrap();
+    let gate = node(&mut mlp, "gate", Op::MatMul, &[x, w1]);
+    let sig = node(&mut mlp, "sig", Op::Sigmoid, &[gate]);
+    let silu = node(&mut mlp, "silu", Op::Mul, &[gate, sig]);
+    let up = node(&mut mlp, "up", Op::MatMul, &[x, w3]);
+    let h = node(&mut mlp, "h", Op::Mul, &[silu, up]);
+    mlp.mark_output(h).unwrap();
+    let graphs = [synth::transformer(1, 8, 2, 4, 1).unwrap(), mlp];
+    let mut optimised = PlanOptions::with_streams(1);
+    optimised.fusion.caps = graph_plan::FusionCaps { horizontal_gemm: true, ..codegen::fusion_caps() };
+    for g in &graphs {
+        let plan = ExecutionPlan::build_with(g, &optimised).unwrap();
+        graph_plan::verify(&plan).unwrap();
+        let products = |k: &graph_plan::Kernel| k.body.iter().filter(|i| matches!(i.op, Op::MatMul)).count();
+        assert!(plan.kernels().iter().any(|k| products(k) >= 2), "{}: no sibling kernel\n{plan}", g.name());
+        for k in plan.kernels().iter().filter(|k| products(k) >= 2) {
+            let src = codegen::generate(k).unwrap();
+            assert!(src.blas.is_none(), "{}: {} went to cuBLAS", g.name(), k.name);
+        }
+    }
+    differential("sibling_products_run_as_generated_kernels", &graphs, &optimised, 1e-5);
+}
+
 #[test]
 fn eliminated_concat_producers_write_their_slices() {
     // Three conv+relu branches of 8 x 8 x 8 f32 (2048 bytes each) joined on axis 1 of a batch-1 map: the Concat

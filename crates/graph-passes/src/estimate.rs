@@ -87,7 +87,7 @@ pub fn group_grid(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceProfi
     let flat = |elems: u64| Grid { blocks: elems.div_ceil(256 * 4).max(1), threads: 256, tiles_per_sm: None };
     match group.kind {
         GroupKind::Anchor => match first_of(graph, group, OpCategory::Anchor) {
-            Some(n) => anchor_grid(graph, n, device).unwrap_or_else(|| flat(out_elems)),
+            Some(n) => anchor_grid(graph, n, products(graph, group), device).unwrap_or_else(|| flat(out_elems)),
             None => flat(out_elems),
         },
         GroupKind::Reduction => match first_of(graph, group, OpCategory::Reduction) {
@@ -139,7 +139,14 @@ pub fn gemm_grid(batch: u64, m: u64, n: u64, k: u64, device: &DeviceProfile) -> 
     }
 }
 
-fn anchor_grid(graph: &ComputeGraph, n: NodeId, device: &DeviceProfile) -> Option<Grid> {
+/// MatMul and Gemm nodes of an anchor group: more than one when it is a horizontal GEMM (sibling products of one
+/// shape, run as one product over the concatenated weights).
+fn products(graph: &ComputeGraph, group: &FusedGroup) -> u64 {
+    group.nodes.iter().filter(|&&n| matches!(graph.node(n).op, Op::MatMul | Op::Gemm { .. })).count().max(1) as u64
+}
+
+/// The grid of anchor `n`; `siblings` products of its shape share the kernel (their columns side by side).
+fn anchor_grid(graph: &ComputeGraph, n: NodeId, siblings: u64, device: &DeviceProfile) -> Option<Grid> {
     let node = graph.node(n);
     let shape = |i: usize| node.inputs.get(i).map(|&t| &graph.tensor(t).shape);
     let out = &graph.tensor(*node.outputs.first()?).shape;
@@ -154,12 +161,12 @@ fn anchor_grid(graph: &ComputeGraph, n: NodeId, device: &DeviceProfile) -> Optio
                 r => (od[r - 2] as u64, od[r - 1] as u64),
             };
             let batch = od.iter().rev().skip(2).map(|&d| d as u64).fold(1u64, u64::saturating_mul);
-            Some(gemm_grid(batch, m, nn, k, device))
+            Some(gemm_grid(batch, m, nn.saturating_mul(siblings), k, device))
         }
         Op::Gemm { trans_a, .. } => {
             let a = shape(0)?.dims();
             let k = if *trans_a { *a.first()? } else { *a.get(1)? } as u64;
-            Some(gemm_grid(1, *od.first()? as u64, *od.get(1)? as u64, k, device))
+            Some(gemm_grid(1, *od.first()? as u64, (*od.get(1)? as u64).saturating_mul(siblings), k, device))
         }
         Op::Conv(attrs) => {
             let w = shape(1)?.dims();

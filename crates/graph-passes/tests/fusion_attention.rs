@@ -105,10 +105,30 @@ fn agrees(g: &ComputeGraph, seed: u64) -> f64 {
 }
 
 #[test]
-fn bert_block_is_five_kernels_and_the_scores_leave_the_pool() {
+fn bert_block_is_three_kernels_and_the_scores_leave_the_pool() {
     let (g, scores) = block(2, 8, 4, Variant { scale: Some(true), mask: Mask::Padding });
     let p = fuse(&g, &FusionOptions::default());
     check(&g, &p, &FusionCaps::all());
+    // The Q, K and V projections read one activation: one horizontal GEMM, each part with its head split.
+    assert_eq!(
+        names(&g, &p),
+        vec![
+            s(&[
+                "mm_q", "bias_q", "view_q", "split_q", "mm_k", "bias_k", "view_k", "split_k", "mm_v", "bias_v",
+                "view_v", "split_v"
+            ]),
+            s(&["qk", "scale", "mask_add", "softmax", "pv", "merge_t"]),
+            s(&["out_proj"]),
+        ]
+    );
+    assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::Attention, GroupKind::Anchor]);
+    assert_eq!((p.stats.merges_horizontal, p.stats.merges_attention), (2, 1));
+    assert_eq!(outputs(&g, &p, 0), vec!["split_q", "split_k", "split_v"]);
+    assert!(!p.is_materialized(&g, scores));
+    // Without horizontal GEMMs: a kernel per projection.
+    let caps = FusionCaps { horizontal_gemm: false, ..FusionCaps::all() };
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..FusionOptions::default() });
+    check(&g, &p, &caps);
     assert_eq!(
         names(&g, &p),
         vec![
@@ -144,7 +164,7 @@ fn attention_without_scale_or_mask_and_with_a_causal_mask() {
         check(&g, &p, &FusionCaps::all());
         assert_eq!(kinds(&p).iter().filter(|&&k| k == GroupKind::Attention).count(), 1, "{v:?}");
         assert!(!p.is_materialized(&g, scores), "{v:?}");
-        assert_eq!(p.groups.len(), 5, "{v:?}");
+        assert_eq!(p.groups.len(), 3, "{v:?}");
         agrees(&g, 7);
     }
 }
@@ -308,7 +328,7 @@ fn half_bert_block_is_one_attention_kernel_with_its_casts() {
             s(&["qk", "qk.to_f32.scale", "scale", "mask_add", "softmax", narrow.as_str(), "pv", "merge_t"]),
             "{p}"
         );
-        assert_eq!(fp.groups.len(), 5, "{p}: {:?}", names(&rg, &fp));
+        assert_eq!(fp.groups.len(), 3, "{p}: {:?}", names(&rg, &fp));
         let scores = rg.tensor_id(&g.tensor(scores).name).unwrap();
         assert!(!fp.is_materialized(&rg, scores), "{p}");
         assert_eq!(fp.stats.merges_attention, 1);
@@ -462,13 +482,13 @@ proptest! {
         if precision == Precision::Fp32 {
             let p = fuse(&g, &FusionOptions::default());
             check(&g, &p, &FusionCaps::all());
-            prop_assert_eq!(p.groups.len(), 5);
+            prop_assert_eq!(p.groups.len(), 3);
             prop_assert!(!p.is_materialized(&g, scores));
             agrees(&g, seed);
         } else {
             // A half chain: the transform's casts join the chain, the launches stay those of f32.
             let (rg, p) = fuse_half(&g, precision);
-            prop_assert_eq!(p.groups.len(), 5, "{:?}", names(&rg, &p));
+            prop_assert_eq!(p.groups.len(), 3, "{:?}", names(&rg, &p));
             prop_assert_eq!(p.stats.merges_attention, 1);
             let scores = rg.tensor_id(&g.tensor(scores).name).unwrap();
             prop_assert!(!p.is_materialized(&rg, scores));
@@ -485,7 +505,7 @@ fn a_one_by_one_score_matrix_scaled_from_the_left_is_still_one_chain() {
         let (g, scores) = block(1, 1, 1, Variant { scale, mask: Mask::None });
         let p = fuse(&g, &FusionOptions::default());
         check(&g, &p, &FusionCaps::all());
-        assert_eq!(p.groups.len(), 5, "{scale:?}: {:?}", names(&g, &p));
+        assert_eq!(p.groups.len(), 3, "{scale:?}: {:?}", names(&g, &p));
         assert_eq!(p.stats.merges_attention, 1);
         assert!(!p.is_materialized(&g, scores));
         agrees(&g, 3);

@@ -37,12 +37,19 @@ fn measure(g: &ComputeGraph, streams: usize) -> (usize, usize, u64, u64) {
 #[test]
 fn shared_models_beat_onnxruntime_launch_counts() {
     let dir = models_dir();
-    // (model, launches we reach, onnxruntime ENABLE_ALL node count)
-    let expect = [("resnet50", 56, 58), ("mobilenet_v2", 54, 56), ("googlenet", 69, 82), ("bert_base", 115, 449)];
+    // (model, launches we reach with 1 and with 4 streams, onnxruntime ENABLE_ALL node count). With 4 streams the
+    // concurrency check keeps each layer's V projection apart from the Q and K GEMM (the cost model runs the
+    // three projections side by side there).
+    let expect = [
+        ("resnet50", [56, 56], 58),
+        ("mobilenet_v2", [54, 54], 56),
+        ("googlenet", [69, 69], 82),
+        ("bert_base", [91, 103], 449),
+    ];
     for (name, ours, ort) in expect {
         let m = graph_onnx::import_file(dir.join(format!("{name}.onnx")), &graph_onnx::ImportOptions::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        for streams in [1, 4] {
+        for (streams, ours) in [1, 4].into_iter().zip(ours) {
             let (fused, unfused, bytes, bytes_unfused) = measure(&m.graph, streams);
             eprintln!(
                 "{name} streams={streams}: {unfused} -> {fused} launches (onnxruntime {ort}); bytes moved {bytes} \
@@ -83,10 +90,10 @@ fn synth_family_launch_counts() {
     let cases: Vec<(ComputeGraph, usize)> = vec![
         (synth::chain(100).unwrap(), 1),
         (synth::mlp(4, 64, 8).unwrap(), 4),
-        // Per layer: LN, q/k/v MatMuls with their bias and head split (a permuted epilogue), attention (scores,
-        // scale, softmax, context, merge transpose), o (+bias+residual), LN, fc1 (+bias+gelu), fc2
-        // (+bias+residual).
-        (synth::transformer(2, 64, 4, 16, 1).unwrap(), 2 * 9),
+        // Per layer: LN, the q/k/v MatMuls as one horizontal GEMM with their biases and head splits (permuted
+        // epilogues), attention (scores, scale, softmax, context, merge transpose), o (+bias+residual), LN, fc1
+        // (+bias+gelu), fc2 (+bias+residual).
+        (synth::transformer(2, 64, 4, 16, 1).unwrap(), 2 * 7),
         // Stem, two convs per block (conv+bn+relu; conv+bn+add+relu), the pool, the classifier.
         (synth::resnet_like(3, 16, 16).unwrap(), 1 + 3 * 2 + 2),
         // Stem; per module the pool branch (pool, projection), three conv branches and the Concat (the fusion

@@ -197,13 +197,15 @@ fn pattern_prologue_two_anchors_other_domain_and_size_change() {
 
 #[test]
 fn loses_concurrency_with_two_streams() {
-    // Two heavy independent MatMuls joined by an add: fusing the add into either serialises them.
+    // Two heavy independent MatMuls (over different inputs: no sibling products) joined by an add: fusing the
+    // add into either serialises them.
     let mut g = ComputeGraph::new("conc");
     let x = g.add_input("x", F, [512, 512]).unwrap();
+    let y = g.add_input("y", F, [512, 512]).unwrap();
     let w1 = g.add_weight("w1", F, [512, 512]).unwrap();
     let w2 = g.add_weight("w2", F, [512, 512]).unwrap();
     let a = n1(&mut g, "left", Op::MatMul, &[x, w1]);
-    let b = n1(&mut g, "right", Op::MatMul, &[x, w2]);
+    let b = n1(&mut g, "right", Op::MatMul, &[y, w2]);
     let c = n1(&mut g, "join", Op::Add, &[a, b]);
     g.mark_output(c).unwrap();
     let one = fuse_streams(&g, &FusionOptions::default(), 1);

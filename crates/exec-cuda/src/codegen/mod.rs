@@ -149,6 +149,11 @@ pub fn fusion_caps() -> FusionCaps {
         concat_elimination: true,
         // The per-element emitter computes the first pool at each position of the second's window.
         pool_chain: true,
+        // Sibling products (a horizontal GEMM) would be one cuBLAS call over weights concatenated at prepare, a
+        // binding recipe the backend does not have yet; a kernel with several products runs as a per-element
+        // kernel (`blas_anchor` declines it), far slower than three cuBLAS calls. Off until the weights are
+        // concatenated at prepare.
+        horizontal_gemm: false,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
@@ -321,6 +326,11 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some(first) = kernel.body.first() else {
         return Ok(None);
     };
+    // Sibling products (a horizontal GEMM, planned for other caps) need one call over concatenated weights: the
+    // per-element kernel computes each of them instead.
+    if kernel.body.iter().filter(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. } | Op::Conv(_))).count() > 1 {
+        return Ok(None);
+    }
     let (alpha, has_c, trans_a, trans_b) = match &first.op {
         Op::MatMul => (1.0, false, false, false),
         Op::Gemm { alpha, trans_a, trans_b, .. } => (*alpha, first.inputs.len() == 3, *trans_a, *trans_b),

@@ -1,6 +1,6 @@
 //! The three phases of the pass and the final assembly of groups (module docs of `fusion`).
 
-use graph_ir::{ComputeGraph, NodeId, TensorRole};
+use graph_ir::{ComputeGraph, NodeId, Op, TensorRole};
 use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -106,9 +106,11 @@ pub(super) fn run(
         p.attention();
         if opts.caps.multi_output {
             p.multi_output();
-            if opts.horizontal {
-                p.horizontal();
-            }
+        }
+        // Also under caps that refuse them: every pair of sibling products gets its reason.
+        p.sibling_products();
+        if opts.caps.multi_output && opts.horizontal {
+            p.horizontal();
         }
     } else {
         let v = p.verdict(Verdict {
@@ -284,7 +286,7 @@ impl Pass<'_, '_> {
         if inputs.len() > caps.max_inputs {
             return Err((RejectReason::CapsExceeded, Why::MaxInputs { inputs: inputs.len(), cap: caps.max_inputs }));
         }
-        let m = Merged { kind: GroupKind::Attention, anchor: NONE, chain: NONE, domain: NONE };
+        let m = Merged { kind: GroupKind::Attention, anchor: NONE, chain: NONE, horizontal: false, domain: NONE };
         let mut acc = gs[0];
         for &g in &gs[1..] {
             let pv = self.groups.preview(d, acc, g);
@@ -422,6 +424,52 @@ impl Pass<'_, '_> {
             dag.contract(&self.groups, plan, x, y, keep, gone);
         }
         Ok(score)
+    }
+
+    /// Phase 2b: sibling products (`FusionCaps::horizontal_gemm`). Per activation, the anchor groups whose
+    /// MatMul or Gemm reads it as the left operand with a weight on the right are merged in position order, each
+    /// into the kernel accumulated so far, when legal (siblings in `rules::siblings`, then what any merge needs:
+    /// caps, iteration spaces, the cycle check and the concurrency check). Every pair tried is a horizontal
+    /// candidate in the decisions.
+    fn sibling_products(&mut self) {
+        let d = self.d;
+        let mut sib: Vec<u32> = Vec::new();
+        for t in 0..d.tids.len() as u32 {
+            if d.root[t as usize] != t || d.readers(t).len() < 2 {
+                continue;
+            }
+            sib.clear();
+            for &c in d.readers(t) {
+                let lhs = d.inputs(c).first().is_some_and(|&a| d.root[a as usize] == t);
+                let g = self.groups.owner[c as usize];
+                let gc = &self.groups.g[g as usize];
+                if lhs && matches!(d.op(c), Op::MatMul | Op::Gemm { .. }) && gc.anchor == c && gc.alive {
+                    sib.push(g);
+                }
+            }
+            if sib.len() < 2 {
+                continue;
+            }
+            sib.sort_unstable_by_key(|&g| self.groups.g[g as usize].lo);
+            let mut acc = sib[0];
+            for &g in &sib[1..] {
+                let a = self.groups.resolve(acc);
+                let (an, gn) = (self.groups.g[a as usize].anchor, self.groups.g[g as usize].anchor);
+                let v = match self.try_merge(a, g, MAX_ROUNDS + 1) {
+                    Ok(score) => {
+                        self.stats.merges_horizontal += 1;
+                        acc = self.groups.owner[an as usize];
+                        Verdict { reason: None, phase: FusionPhase::Horizontal, score, why: None }
+                    }
+                    Err((reason, score, why)) => {
+                        acc = g;
+                        Verdict { reason: Some(reason), phase: FusionPhase::Horizontal, score, why: Some(why) }
+                    }
+                };
+                let k = self.verdict(v);
+                self.horizontal.push((an, gn, t, k));
+            }
+        }
     }
 
     /// Phase 3: launch-bound groups that read the same tensor and do not depend on each other.

@@ -12,6 +12,12 @@
 //!   `FusionCaps::layout_epilogue`, the epilogue may also hold Transposes (pure permutations, views around them):
 //!   the kernel writes its result in the permuted layout (the head split `[B,S,H*D] -> [B,H,S,D]` after an
 //!   attention projection, the head merge after `P.V`). Other data movement in an epilogue is `Pattern`.
+//!   When `FusionCaps::horizontal_gemm`, one anchor kernel may hold several **sibling products** (a horizontal
+//!   GEMM): MatMuls, or Gemms with one set of attributes, that read the same activation as their left operand
+//!   in one shape, each with a weight of one shape and dtype, writing results of one shape and dtype (an
+//!   attention layer's Q, K and V projections; a gated MLP's gate and up projections). A backend runs them as
+//!   one product over the weights concatenated at prepare, each column block with its own epilogue; the
+//!   activation is read once. Epilogues may combine siblings element by element (`silu(gate) * up`).
 //! - **Row kernels** (`Reduction`): reductions that share one domain, with elementwise producers (XLA input
 //!   fusion) and consumers. The domain of a reduction is `(S, A)`: its input shape `S` and reduced axes `A`,
 //!   compared with leading extent-1 axes stripped (`[1,128,768]` and `[128,768]` are one shape). Every value
@@ -47,6 +53,11 @@
 //! 2. **Multi-output** (when `FusionCaps::multi_output`): candidate pairs are the producer/consumer group edges;
 //!    each is scored, then merged best first when legal, in rounds until nothing changes. A merged kernel may
 //!    write an intermediate that other kernels still read (the residual input of a block).
+//!    **Then sibling products (phase 2b)**: per activation, the anchor groups whose MatMul or Gemm reads it as
+//!    the left operand are merged in position order when legal (the sibling rule, then everything a phase-2
+//!    merge checks); each pair tried is a horizontal candidate in the decisions, with its reason when refused
+//!    (`Pattern` with what differs, `CapsExceeded` when the cap is off, `WouldCycle`, `LosesConcurrency`).
+//!    Siblings whose only reader is another sibling's epilogue already share a kernel after phase 1.
 //! 3. **Horizontal** (`FusionOptions::horizontal`, off by default): groups reading the same tensor that do not
 //!    depend on each other and are launch-bound (they move fewer bytes than one launch overhead is worth).
 //!
@@ -159,6 +170,12 @@ pub struct FusionCaps {
     /// the second's window ([`POOL_CHAIN_MAX_WINDOW`] elements at most), so the chain costs one launch.
     #[serde(default = "default_true")]
     pub pool_chain: bool,
+    /// Sibling projections share a kernel (horizontal GEMM fusion): MatMuls or Gemms of one kind that read the
+    /// same activation as their left operand, each with a weight of one shape, and write results of one shape
+    /// (the Q, K and V projections of an attention layer, a gated MLP's gate and up projections) become one
+    /// product over the concatenated weights, each part with its own epilogue; the activation is read once.
+    #[serde(default = "default_true")]
+    pub horizontal_gemm: bool,
     /// Most distinct external inputs of one kernel.
     pub max_inputs: usize,
     /// Most ops (non-view nodes) in one kernel.
@@ -189,6 +206,7 @@ impl FusionCaps {
             attention: true,
             concat_elimination: true,
             pool_chain: true,
+            horizontal_gemm: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -209,6 +227,7 @@ impl FusionCaps {
             attention: false,
             concat_elimination: false,
             pool_chain: false,
+            horizontal_gemm: false,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -416,9 +435,9 @@ impl FusionPhase {
 /// One fusion decision between a producer and a consumer node (for horizontal candidates: two siblings).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FusionDecision {
-    /// Producer node name (horizontal: the first sibling's first node).
+    /// Producer node name (horizontal: the first sibling's first node, or its product for sibling products).
     pub producer: String,
-    /// Consumer node name (horizontal: the second sibling's first node).
+    /// Consumer node name (horizontal: the second sibling's first node, or its product).
     pub consumer: String,
     /// `None` when fused; otherwise why not.
     pub rejected: Option<RejectReason>,

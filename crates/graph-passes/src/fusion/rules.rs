@@ -16,6 +16,7 @@ pub(super) enum Why {
     Opaque { node: u32 },
     ConcatPinned { node: u32 },
     TwoAnchors { a: u32, b: u32 },
+    NotSiblings { a: u32, b: u32, what: &'static str },
     OtherRows { a: u32, b: u32 },
     AnchorReduction { anchor: u32 },
     AnchorMove { anchor: u32 },
@@ -64,6 +65,9 @@ impl Why {
                 format!("'{}' is eliminated: its producers write into its output's slices", n(node))
             }
             Why::TwoAnchors { a, b } => format!("two anchors ('{}', '{}') in one kernel", n(a), n(b)),
+            Why::NotSiblings { a, b, what } => {
+                format!("'{}' and '{}' read one activation but are no sibling projections: {what}", n(a), n(b))
+            }
             Why::OtherRows { a, b } => {
                 format!("reductions over different rows or axes ('{}' and '{}')", n(a), n(b))
             }
@@ -270,6 +274,9 @@ pub(super) struct Group {
     /// Position of the first pool of a pool chain (`FusionCaps::pool_chain`) whose second pool is the anchor,
     /// `NONE` if none.
     pub chain: u32,
+    /// The other products of a horizontal GEMM (`FusionCaps::horizontal_gemm`): MatMuls or Gemms like `anchor`
+    /// reading its left operand with weights of one shape; empty otherwise.
+    pub siblings: Vec<u32>,
     /// Interned reduction domain, `NONE` if the group has no reduction.
     pub domain: u32,
     /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
@@ -314,6 +321,8 @@ pub(super) struct Merged {
     pub anchor: u32,
     /// The first pool of a pool chain (`Group::chain`).
     pub chain: u32,
+    /// The merge joins two sibling products (`Group::siblings`).
+    pub horizontal: bool,
     pub domain: u32,
 }
 
@@ -398,6 +407,7 @@ impl Groups {
                 kind: GroupKind::of(cat),
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
                 chain: NONE,
+                siblings: Vec::new(),
                 domain: node_domain[i as usize],
                 opaque,
                 pinned: false,
@@ -545,6 +555,14 @@ impl Groups {
     /// Merge `a` and `b` (the larger absorbs the smaller); returns `(kept, absorbed)`.
     pub fn merge(&mut self, a: u32, b: u32, pv: Preview, m: Merged, epoch: u32) -> (u32, u32) {
         let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
+        let mut siblings = std::mem::take(&mut self.g[gone as usize].siblings);
+        if m.horizontal {
+            for x in [self.g[a as usize].anchor, self.g[b as usize].anchor] {
+                if x != m.anchor {
+                    siblings.push(x);
+                }
+            }
+        }
         let g_gone = &mut self.g[gone as usize];
         let (lo, hi, flops, layout_only, selects) =
             (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects);
@@ -565,6 +583,9 @@ impl Groups {
         k.kind = m.kind;
         k.anchor = m.anchor;
         k.chain = m.chain;
+        k.siblings.append(&mut siblings);
+        k.siblings.retain(|&x| x != m.anchor);
+        k.siblings.sort_unstable();
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
@@ -601,15 +622,20 @@ impl Groups {
             }
         }
         let mut chain = if ga.chain != NONE { ga.chain } else { gb.chain };
+        let mut horizontal = false;
         let anchor = if ga.anchor != NONE && gb.anchor != NONE {
-            // Two pools, the second reading the first's result, may chain; any other pair of anchors is two
-            // kernels.
+            // Two pools, the second reading the first's result, may chain, and sibling projections may share a
+            // product; any other pair of anchors is two kernels.
             match pool_chain(d, caps, ga.anchor, gb.anchor, chain) {
                 Some((first, second)) => {
                     chain = first;
                     second
                 }
-                None => return reject(RejectReason::Pattern, Why::TwoAnchors { a: ga.anchor, b: gb.anchor }),
+                None => {
+                    siblings(d, caps, ga.anchor, gb.anchor)?;
+                    horizontal = true;
+                    ga.anchor.min(gb.anchor)
+                }
             }
         } else if ga.anchor != NONE {
             ga.anchor
@@ -667,11 +693,14 @@ impl Groups {
                 }
                 let inside = self.inside(a, b);
                 // Only the chain's first pool may compute an operand of its anchor; nothing computes the first
-                // pool's.
-                for &t in d.inputs(anchor) {
-                    let p = d.kprod[t as usize];
-                    if p != NONE && p != chain && inside(p) {
-                        return reject(RejectReason::Pattern, Why::Prologue { p, anchor });
+                // pool's, nor a sibling product's.
+                let others = [ga.anchor, gb.anchor].into_iter().filter(|&x| horizontal && x != anchor);
+                for x in std::iter::once(anchor).chain(ga.siblings.iter().chain(&gb.siblings).copied()).chain(others) {
+                    for &t in d.inputs(x) {
+                        let p = d.kprod[t as usize];
+                        if p != NONE && p != chain && inside(p) {
+                            return reject(RejectReason::Pattern, Why::Prologue { p, anchor: x });
+                        }
                     }
                 }
                 if chain != NONE {
@@ -695,7 +724,7 @@ impl Groups {
         if ops > caps.max_ops {
             return reject(RejectReason::CapsExceeded, Why::MaxOps { ops, cap: caps.max_ops });
         }
-        Ok(Merged { kind, anchor, chain, domain })
+        Ok(Merged { kind, anchor, chain, horizontal, domain })
     }
 
     /// The rest of legality, on the merged lists: input count, several writers, iteration spaces, row rules.
@@ -856,7 +885,6 @@ impl Groups {
     }
 }
 
-/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token).
 /// The pool chain of anchors `x` and `y` as `(first, second)`: both MaxPool or AveragePool, the second reading
 /// the first's result directly as its data operand, with a window of at most [`POOL_CHAIN_MAX_WINDOW`]
 /// elements; `None` when the caps refuse chains, a chain is already there (`chain`), or they do not chain.
@@ -881,6 +909,7 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
     (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
 }
 
+/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token).
 /// It picks one slice of its input, so in an anchor's epilogue it only routes part of the result.
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
     matches!(d.op(i), Op::Gather { .. })
@@ -888,6 +917,49 @@ pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
             let tensor = d.graph.tensor(d.tids[t as usize]);
             tensor.role == graph_ir::TensorRole::Constant && tensor.shape.rank() == 0
         })
+}
+
+/// `Ok` when anchors `x` and `y` are sibling products that may share a kernel (`FusionCaps::horizontal_gemm`):
+/// MatMuls, or Gemms with one set of attributes and operand count, whose left operands are one tensor seen
+/// with one shape, whose right operands are weights of one shape and dtype, and whose results have one shape
+/// and dtype, so a backend runs them as one product over the weights concatenated at prepare. Two anchors that
+/// are not products over one activation are `TwoAnchors`; products over one activation that differ otherwise
+/// say how (`NotSiblings`).
+fn siblings(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32) -> Result<(), Reject> {
+    let product = |i: u32| matches!(d.op(i), Op::MatMul | Op::Gemm { .. }) && d.inputs(i).len() >= 2;
+    if !product(x) || !product(y) || d.root[d.inputs(x)[0] as usize] != d.root[d.inputs(y)[0] as usize] {
+        return reject(RejectReason::Pattern, Why::TwoAnchors { a: x, b: y });
+    }
+    let (ix, iy) = (d.inputs(x), d.inputs(y));
+    let (ox, oy) = (d.outputs(x)[0], d.outputs(y)[0]);
+    let dtype = |t: u32| d.graph.tensor(d.tids[t as usize]).dtype;
+    let weight = |t: u32| {
+        d.kprod[t as usize] == NONE
+            && matches!(
+                d.graph.tensor(d.tids[t as usize]).role,
+                graph_ir::TensorRole::Weight | graph_ir::TensorRole::Constant
+            )
+    };
+    let what = if d.op(x) != d.op(y) || ix.len() != iy.len() {
+        Some("different ops, attributes or operand counts")
+    } else if d.dims(ix[0]) != d.dims(iy[0]) {
+        Some("the shared operand is read in different shapes")
+    } else if !weight(ix[1]) || !weight(iy[1]) {
+        Some("a right operand is not a weight")
+    } else if d.dims(ix[1]) != d.dims(iy[1]) || dtype(ix[1]) != dtype(iy[1]) {
+        Some("weights of different shapes or dtypes")
+    } else if d.dims(ox) != d.dims(oy) || dtype(ox) != dtype(oy) {
+        Some("results of different shapes or dtypes")
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        return reject(RejectReason::Pattern, Why::NotSiblings { a: x, b: y, what });
+    }
+    if !caps.horizontal_gemm {
+        return reject(RejectReason::CapsExceeded, Why::CapOff("horizontal_gemm"));
+    }
+    Ok(())
 }
 
 /// The tensor whose bytes `t` aliases through views (itself when a member or a source writes it).

@@ -207,8 +207,38 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     // A pool chain (`caps.pool_chain`): two pools, the second reading the first's result directly, with a small
     // window; the first pool is the only op that may compute an operand of an anchor.
     let pools: Vec<NodeId> = ops.iter().copied().filter(|&n| g.node(n).op.category() == OpCategory::Anchor).collect();
+    // Sibling products (`caps.horizontal_gemm`): MatMuls or Gemms of one op reading one activation in one shape,
+    // each with a weight (a source) of one shape and dtype, writing results of one shape and dtype.
+    let products = pools.len() >= 2 && pools.iter().all(|&n| matches!(g.node(n).op, Op::MatMul | Op::Gemm { .. }));
+    if products {
+        assert!(caps.horizontal_gemm, "group {gi}: sibling products against the caps");
+        let root = |mut t: TensorId| {
+            while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
+                t = g.node(q).inputs[0];
+            }
+            t
+        };
+        let first = g.node(pools[0]);
+        for &n in &pools[1..] {
+            let node = g.node(n);
+            assert_eq!(node.op, first.op, "group {gi}: sibling products of different ops");
+            assert_eq!(node.inputs.len(), first.inputs.len(), "group {gi}: sibling operand counts");
+            assert_eq!(root(node.inputs[0]), root(first.inputs[0]), "group {gi}: siblings over different inputs");
+            for (i, what) in [(0, "left operands"), (1, "weights")] {
+                let (x, y) = (g.tensor(node.inputs[i]), g.tensor(first.inputs[i]));
+                assert_eq!((&x.shape, x.dtype), (&y.shape, y.dtype), "group {gi}: sibling {what} differ");
+            }
+            let (x, y) = (g.tensor(node.outputs[0]), g.tensor(first.outputs[0]));
+            assert_eq!((&x.shape, x.dtype), (&y.shape, y.dtype), "group {gi}: sibling results differ");
+        }
+        for &n in &pools {
+            let w = g.tensor(g.node(n).inputs[1]);
+            let weight = matches!(w.role, graph_ir::TensorRole::Weight | graph_ir::TensorRole::Constant);
+            assert!(weight && g.producer(g.node(n).inputs[1]).is_none(), "group {gi}: a sibling's weight is computed");
+        }
+    }
     let chain_link = match pools[..] {
-        [first, second] => {
+        [first, second] if !products => {
             assert!(caps.pool_chain, "group {gi}: a pool chain against the caps");
             let window = |n: NodeId| match &g.node(n).op {
                 Op::MaxPool(a) | Op::AveragePool(a) => a.kernel_shape.iter().product::<usize>(),
@@ -282,7 +312,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
             _ => {}
         }
     }
-    assert!(anchors <= 1 || (anchors == 2 && chain_link.is_some()), "group {gi} has {anchors} anchors");
+    assert!(anchors <= 1 || (anchors == 2 && chain_link.is_some()) || products, "group {gi} has {anchors} anchors");
     if anchors >= 1 {
         assert_eq!(gr.kind, GroupKind::Anchor);
         assert_eq!(reductions, 0, "group {gi}: anchor with reductions");
@@ -377,6 +407,9 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
     pool.push((g.add_input("y", F, shape(K::Full)).unwrap(), K::Full));
     let bias = g.add_weight("bias", F, shape(K::Col)).unwrap();
     let w = g.add_weight("w", F, [8, 8]).unwrap();
+    let w2 = g.add_weight("w2", F, [8, 8]).unwrap();
+    // The left operand of the last product: a later product often reads it too (sibling products).
+    let mut lhs: Option<TensorId> = None;
     let gamma = g.add_weight("gamma", F, [8]).unwrap();
     let beta = g.add_weight("beta", F, [8]).unwrap();
     let mut i = 0usize;
@@ -452,6 +485,12 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
                 _ => None,
             },
             14 if ka == K::Full => {
+                let a = match lhs {
+                    Some(l) if r.below(2) == 0 => l,
+                    _ => a,
+                };
+                lhs = Some(a);
+                let w = [w, w2][r.below(2) as usize];
                 let t = if r.below(2) == 0 {
                     n1(&mut g, &name, Op::MatMul, &[a, w])
                 } else {
@@ -522,7 +561,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 12]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 13]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -535,6 +574,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         select_epilogue: b[9],
         concat_elimination: b[10],
         pool_chain: b[11],
+        horizontal_gemm: b[12],
         max_inputs,
         max_ops,
     })
