@@ -24,6 +24,8 @@ enum Pick {
     Combined,
     /// The index of q is a graph input (not a constant).
     InputIndex,
+    /// GPT-2's packed projection: `q, k, v = qkv.split(e, dim=-1)`, each part reshaped to heads and transposed.
+    Split,
 }
 
 fn idx(g: &mut ComputeGraph, name: &str, v: i64) -> TensorId {
@@ -40,6 +42,18 @@ fn vit_block(heads: usize, s: usize, d: usize, pick: Pick) -> ComputeGraph {
     let b = g.add_weight("b_qkv", F, [3 * e]).unwrap();
     let m = n1(&mut g, "qkv_mm", Op::MatMul, &[x, w]);
     let a = n1(&mut g, "qkv_bias", Op::Add, &[m, b]);
+    if pick == Pick::Split {
+        let parts = g.add_node("qkv_split", Op::Split { axis: 2, splits: vec![e; 3] }, &[a]).unwrap();
+        let heads_of = |g: &mut ComputeGraph, name: &str, t: TensorId, perm: Vec<usize>| {
+            let shape = vec![1, s as i64, heads as i64, d as i64];
+            let r = n1(g, &format!("{name}_view"), Op::Reshape { shape, allowzero: false }, &[t]);
+            n1(g, name, Op::Transpose { perm: Some(perm) }, &[r])
+        };
+        let q = heads_of(&mut g, "q", parts[0], vec![0, 2, 1, 3]);
+        let kt = heads_of(&mut g, "k_t", parts[1], vec![0, 2, 3, 1]);
+        let v = heads_of(&mut g, "v", parts[2], vec![0, 2, 1, 3]);
+        return attend(g, q, kt, v, s, d, e);
+    }
     let shape = vec![1, s as i64, 3, heads as i64, d as i64];
     let r = n1(&mut g, "qkv_view", Op::Reshape { shape, allowzero: false }, &[a]);
     let t = n1(&mut g, "qkv_t", Op::Transpose { perm: Some(vec![2, 0, 3, 1, 4]) }, &[r]);
@@ -59,8 +73,13 @@ fn vit_block(heads: usize, s: usize, d: usize, pick: Pick) -> ComputeGraph {
             kt = n1(&mut g, "k_t_scaled", Op::Mul, &[kt, c]);
         }
         Pick::Combined => q = n1(&mut g, "q_plus_v", Op::Add, &[q, v]),
-        Pick::Constant | Pick::InputIndex => {}
+        Pick::Constant | Pick::InputIndex | Pick::Split => {}
     }
+    attend(g, q, kt, v, s, d, e)
+}
+
+/// Scaled attention over q, K^T and v, the head merge and the output projection.
+fn attend(mut g: ComputeGraph, q: TensorId, kt: TensorId, v: TensorId, s: usize, d: usize, e: usize) -> ComputeGraph {
     let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
     let c = g.add_constant_f32("scale_c", [], &[1.0 / (d as f32).sqrt()]).unwrap();
     let sc = n1(&mut g, "scale", Op::Mul, &[sc, c]);
@@ -112,6 +131,39 @@ fn a_packed_projection_writes_its_parts_from_one_kernel() {
 }
 
 #[test]
+fn a_split_packed_projection_writes_its_parts_from_one_kernel() {
+    // GPT-2: the Split routes each third of the product to its part, each written in its head layout.
+    for (heads, seq, d) in [(2, 8, 4), (3, 70, 8)] {
+        let g = vit_block(heads, seq, d, Pick::Split);
+        let p = fuse(&g, &FusionOptions::default());
+        check(&g, &p, &FusionCaps::all());
+        assert_eq!(
+            names(&g, &p),
+            vec![
+                s(&["qkv_mm", "qkv_bias", "qkv_split", "q_view", "q", "k_t_view", "k_t", "v_view", "v"]),
+                s(&["qk", "scale", "softmax", "pv", "merge_t"]),
+                s(&["out_proj"]),
+            ]
+        );
+        assert_eq!(outputs(&g, &p, 0), vec!["q", "k_t", "v"]);
+        agrees(&g, &TensorMap::new(), 17);
+    }
+    // Without selection epilogues the Split runs alone and says why; a Split never joins a loop kernel.
+    let g = vit_block(2, 8, 4, Pick::Split);
+    let caps = FusionCaps { select_epilogue: false, ..FusionCaps::all() };
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &p, &caps);
+    assert!(names(&g, &p).contains(&s(&["qkv_split"])), "{:?}", names(&g, &p));
+    assert!(p.decisions.iter().any(|d| d.producer == "qkv_bias"
+        && d.consumer == "qkv_split"
+        && d.rejected == Some(RejectReason::CapsExceeded)
+        && d.detail == "caps.select_epilogue is off"));
+    assert!(p.decisions.iter().any(|d| d.producer == "qkv_split"
+        && d.detail == "'qkv_split' (a Split) runs alone unless it routes the result of an anchor (a selection)"));
+    agrees(&g, &TensorMap::new(), 19);
+}
+
+#[test]
 fn an_sdpa_export_scales_its_parts_in_the_projection_kernel() {
     // torch's scaled_dot_product_attention multiplies q and K^T by sqrt(scale): per element, by a constant, so
     // the projection kernel writes the scaled parts.
@@ -135,7 +187,8 @@ fn selections_need_the_caps_and_a_constant_index_and_are_not_combined() {
     let group_of = |name: &str| names(&g, &p).iter().position(|grp| grp.iter().any(|n| n == name)).unwrap();
     assert_ne!(group_of("q_plus_v"), group_of("qkv_mm"));
     let want = "'q_plus_v' would combine a selection with another value of the epilogue of 'qkv_mm' (after a \
-                Gather there, only Transposes, views and elementwise ops with operands from outside the kernel)";
+                Gather or a Split there, only Transposes, views and elementwise ops with operands from outside the \
+                kernel)";
     assert!(
         p.decisions.iter().any(|d| d.rejected == Some(RejectReason::Pattern) && d.detail == want),
         "{:#?}",
@@ -152,7 +205,8 @@ fn selections_need_the_caps_and_a_constant_index_and_are_not_combined() {
     assert_eq!(group_of("k"), group_of("qkv_mm"));
     assert!(p.decisions.iter().any(|d| d.consumer == "q"
         && d.detail
-            == "a data-movement op other than a Transpose or a constant-index Gather in the epilogue of 'qkv_mm'"));
+            == "a data-movement op other than a Transpose, a constant-index Gather or a Split in the epilogue of \
+                'qkv_mm'"));
     let mut inputs = TensorMap::new();
     inputs.insert(
         "which".into(),
@@ -187,16 +241,17 @@ proptest::proptest! {
         heads in 1usize..4,
         seq in 1usize..80,
         d in 1usize..9,
-        pick in 0usize..4,
+        pick in 0usize..5,
         seed in 0u64..1000,
     ) {
-        let pick = [Pick::Constant, Pick::Scaled, Pick::Combined, Pick::InputIndex][pick];
+        let pick = [Pick::Constant, Pick::Scaled, Pick::Combined, Pick::InputIndex, Pick::Split][pick];
         let g = vit_block(heads, seq, d, pick);
         let p = fuse(&g, &FusionOptions::default());
         check(&g, &p, &FusionCaps::all());
         let first = &names(&g, &p)[0];
-        if matches!(pick, Pick::Constant | Pick::Scaled) {
-            for part in ["q", "k", "v", "k_t"] {
+        if matches!(pick, Pick::Constant | Pick::Scaled | Pick::Split) {
+            let parts: &[&str] = if pick == Pick::Split { &["q", "v", "k_t"] } else { &["q", "k", "v", "k_t"] };
+            for &part in parts {
                 proptest::prop_assert!(first.iter().any(|n| n == part), "{part} not in {first:?}");
             }
         }

@@ -11,7 +11,9 @@
 //!   only feeds the epilogue (a broadcast operand computed on the fly) may join. When
 //!   `FusionCaps::layout_epilogue`, the epilogue may also hold Transposes (pure permutations, views around them):
 //!   the kernel writes its result in the permuted layout (the head split `[B,S,H*D] -> [B,H,S,D]` after an
-//!   attention projection, the head merge after `P.V`). Other data movement in an epilogue is `Pattern`.
+//!   attention projection, the head merge after `P.V`), and with `FusionCaps::select_epilogue` selections
+//!   (constant-index Gathers and Splits: a packed projection's q, k and v routed to tensors of their own). Other
+//!   data movement in an epilogue is `Pattern`; a Split outside an epilogue runs alone.
 //!   When `FusionCaps::horizontal_gemm`, one anchor kernel may hold several **sibling products** (a horizontal
 //!   GEMM): MatMuls, or Gemms with one set of attributes, that read the same activation as their left operand
 //!   in one shape, each with a weight of one shape and dtype, writing results of one shape and dtype (an
@@ -143,7 +145,8 @@ pub struct FusionCaps {
     /// read, or several results).
     pub multi_output: bool,
     /// Data-movement ops (Transpose, Slice, Concat, Gather, Expand, Pad) may join loop kernels, which then index
-    /// their operands through them (TVM's injective fusion). Split never fuses.
+    /// their operands through them (TVM's injective fusion). A Split never joins a loop kernel (only an anchor's
+    /// epilogue, as a selection: `select_epilogue`).
     #[serde(default = "default_true")]
     pub injective_fusion: bool,
     /// An anchor's epilogue may end in Transposes (with views around them): the anchor kernel writes its result
@@ -152,8 +155,9 @@ pub struct FusionCaps {
     #[serde(default = "default_true")]
     pub layout_epilogue: bool,
     /// With `layout_epilogue`, an anchor's epilogue may also hold selections (Gathers at a constant scalar
-    /// index, with Transposes and views after them): a packed projection writes each of its parts straight to a
-    /// tensor of its own (`q, k, v = qkv.unbind(0)` after a ViT's qkv projection) instead of one launch per part.
+    /// index, and Splits, with Transposes and views after them): a packed projection writes each of its parts
+    /// straight to a tensor of its own (`q, k, v = qkv.unbind(0)` after a ViT's qkv projection, `qkv.split(e,
+    /// dim=-1)` after GPT-2's) instead of one launch per part.
     #[serde(default = "default_true")]
     pub select_epilogue: bool,
     /// `MatMul(Q, K^T) -> [scale] -> [mask Add] -> Softmax -> MatMul(., V)` may be one fused attention kernel

@@ -14,6 +14,7 @@ pub(super) enum Why {
     Custom,
     Copy,
     Opaque { node: u32 },
+    LoneSplit { node: u32 },
     ConcatPinned { node: u32 },
     TwoAnchors { a: u32, b: u32 },
     NotSiblings { a: u32, b: u32, what: &'static str },
@@ -61,6 +62,9 @@ impl Why {
             Why::Custom => "a custom kernel never fuses".into(),
             Why::Copy => "a host/device copy never fuses".into(),
             Why::Opaque { node } => format!("'{}' (a multi-output op) runs alone", n(node)),
+            Why::LoneSplit { node } => {
+                format!("'{}' (a Split) runs alone unless it routes the result of an anchor (a selection)", n(node))
+            }
             Why::ConcatPinned { node } => {
                 format!("'{}' is eliminated: its producers write into its output's slices", n(node))
             }
@@ -73,12 +77,12 @@ impl Why {
             }
             Why::AnchorReduction { anchor } => format!("an anchor ('{}') and a reduction in one kernel", n(anchor)),
             Why::AnchorMove { anchor } => format!(
-                "a data-movement op other than a Transpose or a constant-index Gather in the epilogue of '{}'",
+                "a data-movement op other than a Transpose, a constant-index Gather or a Split in the epilogue of '{}'",
                 n(anchor)
             ),
             Why::SelectCompute { node, anchor } => format!(
-                "'{}' would combine a selection with another value of the epilogue of '{}' (after a Gather there, \
-                 only Transposes, views and elementwise ops with operands from outside the kernel)",
+                "'{}' would combine a selection with another value of the epilogue of '{}' (after a Gather or a \
+                 Split there, only Transposes, views and elementwise ops with operands from outside the kernel)",
                 n(node),
                 n(anchor)
             ),
@@ -279,8 +283,11 @@ pub(super) struct Group {
     pub siblings: Vec<u32>,
     /// Interned reduction domain, `NONE` if the group has no reduction.
     pub domain: u32,
-    /// Never fuses (a multi-output op such as Split, or a reduction whose domain is unknown).
+    /// Never fuses (a multi-output op other than a Split, or a reduction whose domain is unknown).
     pub opaque: bool,
+    /// Has a Split member: it may only be a selection in an anchor's epilogue (`select_epilogue`), never part of
+    /// a loop kernel.
+    pub splits: bool,
     /// An eliminable Concat (`fusion/concat.rs`): never merges, so that it can run no kernel at all.
     pub pinned: bool,
     /// Every data-movement member is a pure permutation (Transpose) or a selection (a Gather at a constant
@@ -384,7 +391,8 @@ impl Groups {
         for i in 0..n as u32 {
             let cat = d.cat[i as usize];
             let view = cat == OpCategory::View;
-            let mut opaque = d.outputs(i).len() != 1;
+            let split = matches!(d.op(i), Op::Split { .. });
+            let mut opaque = d.outputs(i).len() != 1 && !split;
             if cat == OpCategory::Reduction {
                 let dom = d.inputs(i).first().and_then(|&x| Domain::of(d.op(i), d.dims(x)));
                 match dom {
@@ -410,6 +418,7 @@ impl Groups {
                 siblings: Vec::new(),
                 domain: node_domain[i as usize],
                 opaque,
+                splits: split,
                 pinned: false,
                 layout_only: cat != OpCategory::DataMovement
                     || matches!(d.op(i), Op::Transpose { .. })
@@ -564,8 +573,8 @@ impl Groups {
             }
         }
         let g_gone = &mut self.g[gone as usize];
-        let (lo, hi, flops, layout_only, selects) =
-            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects);
+        let (lo, hi, flops, layout_only, selects, splits) =
+            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects, g_gone.splits);
         let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
         g_gone.alive = false;
         g_gone.inputs = Vec::new();
@@ -590,6 +599,7 @@ impl Groups {
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
         k.selects |= selects;
+        k.splits |= splits;
         k.inputs = pv.inputs;
         k.escaping = pv.escaping;
         k.lo = k.lo.min(lo);
@@ -670,6 +680,11 @@ impl Groups {
         }
         if domain != NONE && dm {
             return reject(RejectReason::Pattern, Why::ReductionMove);
+        }
+        // A Split routes the parts of an anchor's result; in any other kernel it would have to be computed.
+        if anchor == NONE && (ga.splits || gb.splits) {
+            let node = if ga.splits { ga.lo } else { gb.lo };
+            return reject(RejectReason::Pattern, Why::LoneSplit { node });
         }
         let kind = if anchor != NONE {
             GroupKind::Anchor
@@ -909,9 +924,13 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
     (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
 }
 
-/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token).
-/// It picks one slice of its input, so in an anchor's epilogue it only routes part of the result.
+/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),
+/// or a Split (`q, k, v = qkv.split(e, dim=-1)` of GPT-2's packed projection). It picks slices of its input, so
+/// in an anchor's epilogue it only routes parts of the result.
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
+    if matches!(d.op(i), Op::Split { .. }) {
+        return true;
+    }
     matches!(d.op(i), Op::Gather { .. })
         && d.inputs(i).get(1).is_some_and(|&t| {
             let tensor = d.graph.tensor(d.tids[t as usize]);

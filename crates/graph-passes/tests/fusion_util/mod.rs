@@ -258,6 +258,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     let mut moves = 0;
     let mut permutes = 0;
     let mut selections = 0;
+    let mut split_members = 0;
     for &n in &ops {
         let node = g.node(n);
         match node.op.category() {
@@ -298,21 +299,28 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                 if matches!(node.op, Op::Transpose { .. }) {
                     permutes += 1;
                 }
-                // A Gather at a constant scalar index.
-                if matches!(node.op, Op::Gather { .. })
-                    && node.inputs.get(1).is_some_and(|&t| {
-                        let i = g.tensor(t);
-                        i.role == graph_ir::TensorRole::Constant && i.shape.rank() == 0
-                    })
+                // A Gather at a constant scalar index, or a Split (only in an anchor's epilogue).
+                let split = matches!(node.op, Op::Split { .. });
+                if split
+                    || matches!(node.op, Op::Gather { .. })
+                        && node.inputs.get(1).is_some_and(|&t| {
+                            let i = g.tensor(t);
+                            i.role == graph_ir::TensorRole::Constant && i.shape.rank() == 0
+                        })
                 {
                     selections += 1;
                 }
-                assert!(node.outputs.len() == 1, "multi-output op '{}' fused", name(n));
+                if split {
+                    split_members += 1;
+                } else {
+                    assert!(node.outputs.len() == 1, "multi-output op '{}' fused", name(n));
+                }
             }
             _ => {}
         }
     }
     assert!(anchors <= 1 || (anchors == 2 && chain_link.is_some()) || products, "group {gi} has {anchors} anchors");
+    assert!(split_members == 0 || anchors >= 1 || ops.len() == 1, "group {gi}: a Split outside an epilogue");
     if anchors >= 1 {
         assert_eq!(gr.kind, GroupKind::Anchor);
         assert_eq!(reductions, 0, "group {gi}: anchor with reductions");
@@ -337,10 +345,11 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                     .iter()
                     .filter(|&&t| g.producer(source(t)).is_some_and(|p| members.contains(&p)))
                     .count();
-                let is_sel = matches!(node.op, Op::Gather { .. })
-                    && node.inputs.get(1).is_some_and(|&t| {
-                        g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
-                    });
+                let is_sel = matches!(node.op, Op::Split { .. })
+                    || matches!(node.op, Op::Gather { .. })
+                        && node.inputs.get(1).is_some_and(|&t| {
+                            g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
+                        });
                 let same_size = node
                     .inputs
                     .iter()
