@@ -46,6 +46,8 @@ enum Mask {
     Causal,
     /// Computed from an input `keep` [1, 1, 1, S] of 0/1: `keep * -1e4` (an elementwise producer of the mask).
     Computed,
+    /// GPT-2's eager export: `Where(causal [S, S] bool, scores, f32::MIN)`, then the padding mask added.
+    CausalWhere,
 }
 
 /// x [1, s, h*d] -> Q, K, V projections, head split (Reshape + Transpose), attention, head merge (Transpose +
@@ -98,6 +100,14 @@ fn block(heads: usize, s: usize, d: usize, scale: Scale, mask: Mask) -> ComputeG
             let m = node(&mut g, "mask_bias", Op::Mul, &[keep, c]);
             t = node(&mut g, "mask_add", Op::Add, &[t, m]);
         }
+        Mask::CausalWhere => {
+            let keep: Vec<u8> = (0..s * s).map(|i| u8::from(i % s <= i / s)).collect();
+            let c = g.add_constant("causal_keep", DType::Bool, [s, s], keep).unwrap();
+            let fill = g.add_constant_f32("mask_value", [], &[f32::MIN]).unwrap();
+            t = node(&mut g, "mask_where", Op::Where, &[c, t, fill]);
+            let m = g.add_input("mask", F, [1, 1, 1, s]).unwrap();
+            t = node(&mut g, "mask_add", Op::Add, &[t, m]);
+        }
     }
     let p = node(&mut g, "softmax", Op::Softmax { axis: -1 }, &[t]);
     let o = node(&mut g, "pv", Op::MatMul, &[p, vv]);
@@ -123,6 +133,9 @@ fn graphs() -> Vec<(ComputeGraph, bool)> {
         // head merge in the kernel's layout).
         (block(2, 70, 32, Scale::Div, Mask::Padding), false),
         (block(2, 70, 64, Scale::MulLeft, Mask::Causal), true),
+        // The causal mask as a Where (GPT-2 eager), per thread and per warp.
+        (block(2, 70, 8, Scale::Div, Mask::CausalWhere), false),
+        (block(2, 70, 32, Scale::Div, Mask::CausalWhere), true),
     ]
 }
 

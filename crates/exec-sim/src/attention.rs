@@ -1,6 +1,8 @@
 //! The fused attention kernel (`GroupKind::Attention`) computed the way the kernel runs it: per query row, tiles
 //! of K and V with an online softmax (running maximum, running sum, rescaled accumulator), so the score matrix is
 //! never formed. The reference plan computes the same chain unfused (MatMul, scale, mask, Softmax, MatMul).
+//! A `Where(cond, scores, fill)` link (a causal mask in GPT-2's eager export) picks, per score, the score or the
+//! fill value exactly as the unfused `Where` does, before the mask is added.
 //!
 //! **Agreement with the reference (f32 chains).** Each score is the same f32 dot product (sequential over `k`)
 //! scaled and masked in f32 as the unfused ops do; the softmax statistics and the `P.V` accumulator are f64,
@@ -78,6 +80,20 @@ pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
         }
         None => None,
     };
+    // The select: its condition, its fill operand, and whether the scores are taken where the condition holds.
+    let select = match c.select {
+        Some(j) => {
+            let ins = &body[j].inputs;
+            if ins.len() != 3 {
+                return Err("the select needs three operands".into());
+            }
+            let on_true = ins[1] == score_v;
+            let fill = if on_true { ins[2] } else { ins[1] };
+            score_v = body[j].outputs[0];
+            Some((get(ins[0])?, get(fill)?, on_true))
+        }
+        None => None,
+    };
     let mask = match c.mask {
         Some(j) => {
             let ins = &body[j].inputs;
@@ -106,6 +122,14 @@ pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
         Some(m) => Some(expand(m.f()?, &m.shape, &dims([sq, sk]))?),
         None => None,
     };
+    let sx = match select {
+        Some((cond, fill, on_true)) => Some((
+            expand(cond.b()?, &cond.shape, &dims([sq, sk]))?,
+            expand(fill.f()?, &fill.shape, &dims([sq, sk]))?,
+            on_true,
+        )),
+        None => None,
+    };
     let nb = numel(&batch);
     let mut out = vec![0f32; nb * sq * dv];
     if dv > 0 {
@@ -126,6 +150,12 @@ pub(crate) fn run(k: &Kernel, c: &Chain, env: &[Option<Val>]) -> OpResult<Val> {
                     }
                     if let Some((c, div)) = scale {
                         dot = if div { dot / c } else { dot * c };
+                    }
+                    if let Some((cond, fill, on_true)) = &sx {
+                        let at = (b * sq + i) * sk + j;
+                        if (cond[at] != 0) != *on_true {
+                            dot = fill[at];
+                        }
                     }
                     if let Some(mx) = &mx {
                         dot += mx[(b * sq + i) * sk + j];

@@ -29,6 +29,8 @@ enum Mask {
     Padding,
     /// A causal mask [S, S] with a large negative value above the diagonal (GPT).
     Causal,
+    /// GPT-2's eager export: `Where(causal [S, S] bool, scores, f32::MIN)`, then a padding mask added.
+    CausalWhere,
 }
 
 /// x [1, s, h*d] -> Q, K, V projections with bias, head split (Reshape + Transpose), attention, head merge
@@ -76,6 +78,14 @@ fn block(heads: usize, s: usize, d: usize, v: Variant) -> (ComputeGraph, TensorI
             let vals: Vec<f32> = (0..s * s).map(|i| if i % s > i / s { -1e9 } else { 0.0 }).collect();
             let m = g.add_constant_f32("causal", [s, s], &vals).unwrap();
             t = n1(&mut g, "mask_add", Op::Add, &[m, t]);
+        }
+        Mask::CausalWhere => {
+            let keep: Vec<u8> = (0..s * s).map(|i| u8::from(i % s <= i / s)).collect();
+            let c = g.add_constant("causal_keep", DType::Bool, [s, s], keep).unwrap();
+            let fill = g.add_constant_f32("mask_value", [], &[f32::MIN]).unwrap();
+            t = n1(&mut g, "mask_where", Op::Where, &[c, t, fill]);
+            let m = g.add_input("mask", F, [1, 1, 1, s]).unwrap();
+            t = n1(&mut g, "mask_add", Op::Add, &[t, m]);
         }
     }
     let p = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[t]);
@@ -158,6 +168,7 @@ fn attention_without_scale_or_mask_and_with_a_causal_mask() {
         Variant { scale: Some(false), mask: Mask::Causal },
         Variant { scale: Some(true), mask: Mask::None },
         Variant { scale: None, mask: Mask::Padding },
+        Variant { scale: Some(true), mask: Mask::CausalWhere },
     ] {
         let (g, scores) = block(2, 70, 4, v);
         let p = fuse(&g, &FusionOptions::default());
@@ -239,6 +250,40 @@ fn a_mask_that_broadcasts_the_scores_up_is_refused() {
     let opts = PlanOptions::with_streams(2);
     let r = sim_check(&g, &opts, &TensorMap::new(), &TensorMap::new(), &CheckOptions::default()).unwrap();
     assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{r:?}");
+}
+
+#[test]
+fn a_select_in_the_chain_fuses_and_one_that_broadcasts_the_scores_up_is_refused() {
+    // `Where(cond, fill, scores)` (scores third: kept where the condition is false) fuses; a condition of a larger
+    // batch than the scores would broadcast them up, so that chain stays unfused and says why.
+    for (cond_batch, fuses) in [(1, true), (3, false)] {
+        let mut g = ComputeGraph::new(format!("select_{cond_batch}"));
+        let q = g.add_input("q", F, [1, 8, 4]).unwrap();
+        let kt = g.add_input("kt", F, [1, 4, 8]).unwrap();
+        let v = g.add_input("v", F, [1, 8, 4]).unwrap();
+        let masked: Vec<u8> = (0..cond_batch * 64).map(|i| u8::from((i % 8) > (i / 8) % 8)).collect();
+        let c = g.add_constant("masked", DType::Bool, [cond_batch, 8, 8], masked).unwrap();
+        let fill = g.add_constant_f32("fill", [], &[-1e9]).unwrap();
+        let sc = n1(&mut g, "qk", Op::MatMul, &[q, kt]);
+        let w = n1(&mut g, "mask_where", Op::Where, &[c, fill, sc]);
+        let p = n1(&mut g, "softmax", Op::Softmax { axis: -1 }, &[w]);
+        let o = n1(&mut g, "pv", Op::MatMul, &[p, v]);
+        g.mark_output(o).unwrap();
+        if fuses {
+            let p = fuse(&g, &FusionOptions::default());
+            check(&g, &p, &FusionCaps::all());
+            assert_eq!(names(&g, &p), vec![s(&["qk", "mask_where", "softmax", "pv"])]);
+            assert_eq!(kinds(&p), vec![GroupKind::Attention]);
+            agrees(&g, 21);
+        } else {
+            let (r, _, d) = refusal(&g, FusionCaps::all());
+            assert_eq!(r, RejectReason::Pattern);
+            assert!(d.contains("'mask_where'") && d.contains("broadcasts the scores"), "{d}");
+            let opts = PlanOptions::with_streams(2);
+            let r = sim_check(&g, &opts, &TensorMap::new(), &TensorMap::new(), &CheckOptions::default()).unwrap();
+            assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{r:?}");
+        }
+    }
 }
 
 #[test]
@@ -472,10 +517,10 @@ proptest! {
     /// fp16, bf16 under the default policy): the chain is one attention kernel, the projections take their head
     /// split, and exec-sim's online softmax agrees with the reference plan (half: `agrees_half`).
     #[test]
-    fn random_attention_blocks_fuse_and_agree(heads in 1usize..4, s in 1usize..150, d in 1usize..9, scale in 0u8..3, mask in 0u8..3, seed in 0u64..1000, precision in 0u8..3) {
+    fn random_attention_blocks_fuse_and_agree(heads in 1usize..4, s in 1usize..150, d in 1usize..9, scale in 0u8..3, mask in 0u8..4, seed in 0u64..1000, precision in 0u8..3) {
         let v = Variant {
             scale: [None, Some(true), Some(false)][scale as usize],
-            mask: [Mask::None, Mask::Padding, Mask::Causal][mask as usize],
+            mask: [Mask::None, Mask::Padding, Mask::Causal, Mask::CausalWhere][mask as usize],
         };
         let (g, scores) = block(heads, s, d, v);
         let precision = [Precision::Fp32, Precision::Fp16, Precision::Bf16][precision as usize];

@@ -1,5 +1,6 @@
 //! The attention chain inside a `GroupKind::Attention` kernel's body, found once for every backend: `MatMul(Q,
-//! K^T) -> [Cast] -> [Mul or Div by a scalar] -> [Add mask] -> Softmax -> [Cast] -> MatMul(., V)` as indices into
+//! K^T) -> [Cast] -> [Mul or Div by a scalar] -> [Where(cond, scores, fill) or Where(cond, fill, scores)] ->
+//! [Add mask] -> Softmax -> [Cast] -> MatMul(., V)` as indices into
 //! the body (the planner's `fusion/attention.rs` matcher, on the kernel program). exec-sim computes the chain
 //! with an online softmax and exec-cuda generates it; both start from [`find`].
 
@@ -16,6 +17,9 @@ pub struct AttentionChain {
     pub cast_scores: Option<usize>,
     /// The Mul or Div by a scalar.
     pub scale: Option<usize>,
+    /// A `Where` that replaces masked scores by a fill value (GPT-2's causal mask in eager exports): the scores
+    /// are its second or third operand.
+    pub select: Option<usize>,
     /// The mask (or bias) Add.
     pub mask: Option<usize>,
     /// The Softmax over the scores' last axis.
@@ -32,6 +36,7 @@ impl AttentionChain {
         i == self.m1
             || Some(i) == self.cast_scores
             || Some(i) == self.scale
+            || Some(i) == self.select
             || Some(i) == self.mask
             || i == self.softmax
             || Some(i) == self.cast_probs
@@ -75,6 +80,18 @@ fn walk_scores(k: &Kernel, v: ValueId) -> Option<(Option<usize>, Option<usize>, 
     Some((None, cast, m1))
 }
 
+/// `[Where] <- [Mul | Div] <- [Cast] <- MatMul` from value `v`: the Where (its scores operand the second or the
+/// third) and the links below it.
+#[allow(clippy::type_complexity)]
+fn walk_select(k: &Kernel, v: ValueId) -> Option<(Option<usize>, (Option<usize>, Option<usize>, usize))> {
+    let at = k.body.iter().position(|i| i.outputs.contains(&v))?;
+    if matches!(k.body[at].op, Op::Where) {
+        let ins = &k.body[at].inputs;
+        return ins.iter().skip(1).find_map(|&u| walk_scores(k, u)).map(|below| (Some(at), below));
+    }
+    walk_scores(k, v).map(|below| (None, below))
+}
+
 /// The chain in kernel `k`'s body, or what is missing from it (a short phrase the backends prefix with the
 /// kernel's name).
 pub fn find(k: &Kernel) -> Result<AttentionChain, &'static str> {
@@ -95,12 +112,12 @@ pub fn find(k: &Kernel) -> Result<AttentionChain, &'static str> {
     let mut mask = None;
     let mut below = None;
     if let Some(j) = producer(x).filter(|&j| matches!(body[j].op, Op::Add)) {
-        below = body[j].inputs.iter().find_map(|&v| walk_scores(k, v));
+        below = body[j].inputs.iter().find_map(|&v| walk_select(k, v));
         mask = below.map(|_| j);
     }
     if mask.is_none() {
-        below = walk_scores(k, x);
+        below = walk_select(k, x);
     }
-    let (scale, cast_scores, m1) = below.ok_or("the scores do not come from a MatMul")?;
-    Ok(AttentionChain { m1, cast_scores, scale, mask, softmax, cast_probs, m2 })
+    let (select, (scale, cast_scores, m1)) = below.ok_or("the scores do not come from a MatMul")?;
+    Ok(AttentionChain { m1, cast_scores, scale, select, mask, softmax, cast_probs, m2 })
 }

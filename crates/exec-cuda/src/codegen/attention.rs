@@ -1,6 +1,7 @@
 //! Fused attention kernels (`GroupKind::Attention`): `MatMul(Q, K^T) -> [Cast] -> [Mul or Div by a scalar] ->
-//! [Add mask] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` as one per-element kernel with an online softmax,
-//! so the score matrix is never stored.
+//! [Where(cond, scores, fill)] -> [Add mask] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` as one per-element
+//! kernel with an online softmax, so the score matrix is never stored. The `Where` (a causal mask in an eager
+//! GPT-2 export) replaces a score by its fill value where the condition says so, as exec-sim does.
 //!
 //! **Shape of the kernel.** A per-element kernel ([`super::emit`]): one thread per element of each output, every
 //! other value of the kernel (the head-split Transposes that produce Q, K^T and V, elementwise producers of the
@@ -137,6 +138,15 @@ pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult
         scale = Some((other, matches!(body[j].op, Op::Div)));
         score_v = *body[j].outputs.first().ok_or_else(|| no("scale without output".into()))?;
     }
+    // The select: condition, fill, and whether the scores are kept where the condition holds (exec-sim's walk).
+    let mut select = None;
+    if let Some(j) = c.select {
+        let ins = &body[j].inputs;
+        let [cond, t, f] = ins[..] else { return Err(no("the select needs three operands".into())) };
+        let on_true = t == score_v;
+        select = Some((cond, if on_true { f } else { t }, on_true));
+        score_v = *body[j].outputs.first().ok_or_else(|| no("select without output".into()))?;
+    }
     let mask = match c.mask {
         Some(j) => {
             let ins = &body[j].inputs;
@@ -178,6 +188,25 @@ pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult
         }
         None => None,
     };
+    let select = match select {
+        Some((cv, fv, on_true)) => {
+            let (cond, fill) = (value_checked(k, cv)?, value_checked(k, fv)?);
+            let scores = full([sq, sk]);
+            if cond.dtype != DType::Bool || !broadcasts_into(cond.shape.dims(), &scores) {
+                return Err(no(format!("select condition {} {} for scores {scores:?}", cond.dtype, cond.shape)));
+            }
+            if !fill.dtype.is_float() || !broadcasts_into(fill.shape.dims(), &scores) {
+                return Err(no(format!("select fill {} {} for scores {scores:?}", fill.dtype, fill.shape)));
+            }
+            Some(Select {
+                cond: (cv, cond.shape.dims().to_vec()),
+                fill: (fv, fill.shape.dims().to_vec()),
+                on_true,
+                scores,
+            })
+        }
+        None => None,
+    };
     // The scale: loop-invariant, one load before the loops.
     let scale = match scale {
         Some((sv, div)) => {
@@ -194,6 +223,7 @@ pub(crate) fn output_at(e: &mut Emitter<'_>, c: &Chain, idx: &str) -> CudaResult
         k: (kv, kd.to_vec(), full([dk, sk])),
         v: (vv, vd.to_vec(), full([sk, dv])),
         mask: mask.map(|(mv, mshape)| (mv, mshape, full([sq, sk]))),
+        select,
         scale,
         sq,
         sk,
@@ -247,12 +277,22 @@ struct Operands {
     k: (ValueId, Vec<usize>, Vec<usize>),
     v: (ValueId, Vec<usize>, Vec<usize>),
     mask: Option<(ValueId, Vec<usize>, Vec<usize>)>,
+    select: Option<Select>,
     /// The scale's C expression and whether it divides.
     scale: Option<(String, bool)>,
     sq: usize,
     sk: usize,
     dk: usize,
     dv: usize,
+}
+
+/// A `Where` link: the condition and fill values with their own dims, whether the scores are kept where the
+/// condition holds, and the scores' dims they broadcast to.
+struct Select {
+    cond: (ValueId, Vec<usize>),
+    fill: (ValueId, Vec<usize>),
+    on_true: bool,
+    scores: Vec<usize>,
 }
 
 /// The C names the tile loop reads and updates: the thread's batch, query row and column, the running maximum,
@@ -285,6 +325,15 @@ fn score(e: &mut Emitter<'_>, t: &Tiles<'_>, o: &Operands, j: &str) -> CudaResul
     if let Some((sc, div)) = &o.scale {
         let op = if *div { '/' } else { '*' };
         e.line(&format!("{dot} = {dot} {op} {sc};"));
+    }
+    if let Some(sel) = &o.select {
+        let si = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {sk}LL + {j}"));
+        let ci = e.broadcast_index(&si, &sel.scores, &sel.cond.1);
+        let fi = e.broadcast_index(&si, &sel.scores, &sel.fill.1);
+        let cx = e.at(sel.cond.0, &ci)?;
+        let fx = e.at(sel.fill.0, &fi)?;
+        let keep = if sel.on_true { cx } else { format!("!({cx})") };
+        e.line(&format!("if (!({keep})) {dot} = {fx};"));
     }
     if let Some((mv, mshape, mfull)) = &o.mask {
         let mi = e.def("long long", "t", &format!("({b} * {sq}LL + {i}) * {sk}LL + {j}"));

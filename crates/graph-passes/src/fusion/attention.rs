@@ -1,6 +1,8 @@
 //! Fused attention (FlashAttention's kernel shape): `MatMul(Q, K^T) -> [Cast] -> [Mul or Div by a scalar] ->
-//! [Add mask or bias] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` planned as one kernel that walks tiles of K
-//! and V with an online softmax, so the score matrix is never materialised (it leaves the memory pool).
+//! [Where(cond, scores, fill)] -> [Add mask or bias] -> Softmax(last axis) -> [Cast] -> MatMul(., V)` planned as
+//! one kernel that walks tiles of K and V with an online softmax, so the score matrix is never materialised (it
+//! leaves the memory pool). The `Where` is the causal mask of GPT-2-style eager exports (`torch.where(causal,
+//! scores, finfo.min)`): a boolean condition and a fill value per score, the scores its second or third operand.
 //!
 //! **Dtypes.** Either the whole chain is f32 with no cast, or it is a *half chain*: Q, K, V, the scores and the
 //! output in one half type `H` (f16 or bf16), a `Cast` to f32 right after the first MatMul, the scale, mask and
@@ -31,6 +33,8 @@ pub(super) struct Chain {
     /// The Cast of the scores to f32 (half chains).
     pub cast_scores: u32,
     pub scale: u32,
+    /// The `Where` that replaces masked scores by a fill value.
+    pub select: u32,
     pub mask: u32,
     pub softmax: u32,
     /// The Cast of the probabilities back to the half type (half chains).
@@ -41,7 +45,7 @@ pub(super) struct Chain {
 impl Chain {
     /// The chain's nodes in program order.
     pub fn nodes(&self) -> impl Iterator<Item = u32> + '_ {
-        [self.m1, self.cast_scores, self.scale, self.mask, self.softmax, self.cast_probs, self.m2]
+        [self.m1, self.cast_scores, self.scale, self.select, self.mask, self.softmax, self.cast_probs, self.m2]
             .into_iter()
             .filter(|&n| n != NONE)
     }
@@ -52,7 +56,7 @@ impl Chain {
 
     /// The link right after the first MatMul: the edge `m1 -> after_m1()` carries the chain's verdict.
     pub fn after_m1(&self) -> u32 {
-        [self.cast_scores, self.scale, self.mask].into_iter().find(|&n| n != NONE).unwrap_or(self.softmax)
+        [self.cast_scores, self.scale, self.select, self.mask].into_iter().find(|&n| n != NONE).unwrap_or(self.softmax)
     }
 }
 
@@ -77,8 +81,10 @@ fn producer(d: &Dense<'_>, t: u32) -> u32 {
     }
 }
 
-/// The links below the mask: `[Mul | Div by a scalar] <- [Cast] <- MatMul`, walking back from tensor `t`.
+/// The links below the mask: `[Where] <- [Mul | Div by a scalar] <- [Cast] <- MatMul`, walking back from tensor
+/// `t`.
 struct Below {
+    select: u32,
     scale: u32,
     cast: u32,
     m1: u32,
@@ -105,7 +111,7 @@ fn walk_scores(d: &Dense<'_>, t: u32) -> Option<Below> {
         };
         return candidates.iter().find_map(|&k| {
             let below = walk_cast(d, ins[k])?;
-            Some(Below { scale: node, ..below })
+            Some(Below { select: NONE, scale: node, ..below })
         });
     }
     walk_cast(d, t)
@@ -120,7 +126,24 @@ fn walk_cast(d: &Dense<'_>, mut t: u32) -> Option<Below> {
         t = *d.inputs(node).first()?;
         node = producer(d, t);
     }
-    (node != NONE && matches!(d.op(node), Op::MatMul)).then_some(Below { scale: NONE, cast, m1: node, scores: t })
+    (node != NONE && matches!(d.op(node), Op::MatMul)).then_some(Below {
+        select: NONE,
+        scale: NONE,
+        cast,
+        m1: node,
+        scores: t,
+    })
+}
+
+/// `[Where] <- [Mul | Div] <- [Cast] <- MatMul`, walking back from tensor `t`: a Where whose second or third
+/// operand leads down to the scores.
+fn walk_select(d: &Dense<'_>, t: u32) -> Option<Below> {
+    let node = producer(d, t);
+    if node != NONE && matches!(d.op(node), Op::Where) {
+        let ins = d.inputs(node);
+        return ins.iter().skip(1).find_map(|&u| walk_scores(d, u)).map(|below| Below { select: node, ..below });
+    }
+    walk_scores(d, t)
 }
 
 /// Match the chain around Softmax node `s`.
@@ -133,17 +156,17 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
     let mut below = None;
     let node = producer(d, x);
     if node != NONE && matches!(d.op(node), Op::Add) {
-        below = d.inputs(node).iter().find_map(|&u| walk_scores(d, u));
+        below = d.inputs(node).iter().find_map(|&u| walk_select(d, u));
         if below.is_some() {
             mask = node;
         }
     }
     if mask == NONE {
-        below = walk_scores(d, x);
+        below = walk_select(d, x);
     }
-    let Some(Below { scale, cast: cast_scores, m1, scores }) = below else { return Found::No };
+    let Some(Below { select, scale, cast: cast_scores, m1, scores }) = below else { return Found::No };
     // The edge the verdict goes on: out of m1 into the next link.
-    let next = [cast_scores, scale, mask, s].into_iter().find(|&n| n != NONE).unwrap_or(s);
+    let next = [cast_scores, scale, select, mask, s].into_iter().find(|&n| n != NONE).unwrap_or(s);
     let refuse = |why: Why| Found::Refused { m1, next, why };
     let sdims = d.dims(scores);
     if sdims.len() < 2 || d.dims(d.inputs(m1)[0]).len() < 2 || d.dims(d.inputs(m1)[1]).len() < 2 {
@@ -171,7 +194,7 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
         _ => return refuse(Why::AttnEscapes { t: probs }),
     };
     let mut inter = vec![scores];
-    inter.extend([cast_scores, scale, mask].into_iter().filter(|&n| n != NONE).map(|n| d.outputs(n)[0]));
+    inter.extend([cast_scores, scale, select, mask].into_iter().filter(|&n| n != NONE).map(|n| d.outputs(n)[0]));
     inter.push(p_t);
     if cast_probs != NONE {
         inter.push(probs);
@@ -191,10 +214,11 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
     if vd.len() < 2 || od.len() != sdims.len() || od[..od.len() - 2] != sdims[..sdims.len() - 2] {
         return refuse(Why::AttnBatch { node: m2 });
     }
-    if let Some(why) = dtypes(d, &Chain { m1, cast_scores, scale, mask, softmax: s, cast_probs, m2 }) {
+    let chain = Chain { m1, cast_scores, scale, select, mask, softmax: s, cast_probs, m2 };
+    if let Some(why) = dtypes(d, &chain) {
         return refuse(why);
     }
-    Found::Chain(Chain { m1, cast_scores, scale, mask, softmax: s, cast_probs, m2 })
+    Found::Chain(chain)
 }
 
 /// The dtype rule (module docs): `None` when the chain is all f32 without casts, or a half chain with both casts.
@@ -227,13 +251,20 @@ fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
     if let Some(&u) = outside.iter().find(|&&u| dtype(u) != outer) {
         return Some(Why::AttnDtype { t: u, want: outer });
     }
-    // Between the casts: f32, the scale and mask operands included.
+    // Between the casts: f32, the scale, select and mask operands included (the select's condition is bool).
     let mut inside: Vec<u32> = vec![p_t];
     if c.cast_scores != NONE {
         inside.push(d.outputs(c.cast_scores)[0]);
     }
-    for n in [c.scale, c.mask].into_iter().filter(|&n| n != NONE) {
-        inside.extend(d.inputs(n).iter().copied());
+    if c.select != NONE {
+        let cond = d.inputs(c.select)[0];
+        if dtype(cond) != DType::Bool {
+            return Some(Why::AttnDtype { t: cond, want: DType::Bool });
+        }
+    }
+    for n in [c.scale, c.select, c.mask].into_iter().filter(|&n| n != NONE) {
+        let skip = usize::from(n == c.select);
+        inside.extend(d.inputs(n).iter().skip(skip).copied());
         inside.push(d.outputs(n)[0]);
     }
     inside.into_iter().find(|&u| dtype(u) != DType::F32).map(|u| Why::AttnDtype { t: u, want: DType::F32 })

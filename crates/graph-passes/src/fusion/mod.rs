@@ -29,7 +29,8 @@
 //!   runs one pass per reduction: the decomposed Softmax (ReduceMax, Sub, Exp, ReduceSum, Div) and the decomposed
 //!   LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) each become one kernel.
 //! - **Attention kernels** (`Attention`, when `FusionCaps::attention`): `MatMul(Q, K^T) -> [Mul/Div by a
-//!   scalar] -> [Add mask] -> Softmax(last axis) -> MatMul(., V)`, each link a direct edge read by nothing else,
+//!   scalar] -> [Where(cond, scores, fill)] -> [Add mask] -> Softmax(last axis) -> MatMul(., V)`, each link a
+//!   direct edge read by nothing else,
 //!   all f32 or a half chain (half Q, K, V with a Cast to f32 after the first MatMul and back after the
 //!   Softmax, as the precision transform writes it; the casts join the kernel), planned as one
 //!   FlashAttention-style kernel (tiles of K and V, online softmax): the scores never
