@@ -57,7 +57,10 @@ pub fn run(a: &ExplainArgs) -> Result<()> {
     let fusion = r.fusion.context("the pipeline stopped before fusion")?;
     progress.set_message("simulating");
     let mut e = explain::explain(&plan, &fusion)?;
-    e.precision = r.precision.as_ref().map(|p| explain::PrecisionSection::new(p, &plan));
+    e.precision = match (&r.precision, &r.rewritten) {
+        (Some(p), Some(g)) => Some(explain::PrecisionSection::new(p, g, &plan)),
+        _ => None,
+    };
     progress.finish();
     let out = match a.format {
         ExplainFormat::Text => explain::render_text(&e),

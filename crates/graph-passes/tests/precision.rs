@@ -73,9 +73,9 @@ fn softmax_over_large_logits_overflows_in_all_fp16_and_not_by_default() {
     assert_eq!(c.overflow, None);
     assert_eq!(c.outputs[0].top1, Some((2, 2)));
     // softmax-input keeps the Mul in f32, and the Softmax op is on the list: nothing is left to convert.
-    let (_, r) = transform(&g, &default.precision).unwrap();
-    assert_eq!(r.node("logits").unwrap().rule, PrecisionRule::SoftmaxInput { softmax: "softmax".into() });
-    assert_eq!(r.node("softmax").unwrap().rule, PrecisionRule::KeepOp { op: "Softmax".into() });
+    let (rg, r) = transform(&g, &default.precision).unwrap();
+    assert_eq!(r.node(&rg, "logits").unwrap().rule, PrecisionRule::SoftmaxInput { softmax: "softmax".into() });
+    assert_eq!(r.node(&rg, "softmax").unwrap().rule, PrecisionRule::KeepOp { op: "Softmax".into() });
     assert_eq!(r.casts_inserted, 0);
 }
 
@@ -106,7 +106,7 @@ fn casts_are_fused_not_launched() {
         let o = opts(p, "default");
         let (rg, r) = transform(&g, &o.precision).unwrap();
         // x -> f16 before the Relu, bias1 -> f32 before the LayerNorm, ln -> f16 after it, act -> f32 out.
-        assert_eq!(r.casts_inserted, 4, "{:?}", r.nodes);
+        assert_eq!(r.casts_inserted, 4, "{:?}", r.nodes(&rg));
         let plan = built(&g, &o);
         assert_eq!(plan.kernel_count_fused, f32_plan.kernel_count_fused, "{p}: a cast launched alone");
         for k in plan.kernels() {
@@ -134,13 +134,13 @@ fn the_input_graph_is_untouched_and_rules_are_reported() {
     policy.keep_f32 = parse_keep_f32("LayerNormalization,re:fc2|nothing").unwrap();
     let (rg, r) = transform(&g, &policy).unwrap();
     assert_eq!(g.to_json(), before);
-    let rule = |n: &str| r.node(n).unwrap().rule.clone();
+    let rule = |n: &str| r.node(&rg, n).unwrap().rule.clone();
     assert_eq!(rule("h.add"), PrecisionRule::Default);
     assert_eq!(rule("fc1"), PrecisionRule::Default);
     assert_eq!(rule("ln"), PrecisionRule::KeepOp { op: "LayerNormalization".into() });
     assert_eq!(rule("fc2"), PrecisionRule::KeepPattern { pattern: "fc2|nothing".into() });
-    assert_eq!(r.node("act").unwrap().dtype, Some(DType::F16));
-    assert_eq!(r.node("fc2").unwrap().dtype, Some(F));
+    assert_eq!(r.node(&rg, "act").unwrap().dtype, Some(DType::F16));
+    assert_eq!(r.node(&rg, "fc2").unwrap().dtype, Some(F));
     // ln (f32) feeds fc2 (f32) directly: no cast between them; w2 stays f32 (its reader is f32).
     assert_eq!(rg.tensor(rg.tensor_id("w2").unwrap()).dtype, F);
     // With io half, the graph input and output are f16 and no boundary cast exists for them.
@@ -161,7 +161,7 @@ fn an_anchor_reading_an_f32_graph_input_stays_f32() {
     let r = n1(&mut g, "relu", Op::Relu, &[c]);
     g.mark_output(r).unwrap();
     let (rg, rep) = transform(&g, &PrecisionPolicy::new(Precision::Fp16)).unwrap();
-    assert_eq!(rep.node("conv").unwrap().rule, PrecisionRule::AnchorReadsF32 { tensor: "image".into() });
+    assert_eq!(rep.node(&rg, "conv").unwrap().rule, PrecisionRule::AnchorReadsF32 { tensor: "image".into() });
     assert_eq!(rg.tensor(rg.tensor_id("conv.w").unwrap()).dtype, F);
     let plan = built(&g, &opts(Precision::Fp16, "default"));
     assert_eq!(plan.kernel_count_fused, 1, "conv, its f16 cast, relu and the output cast are one kernel");
@@ -185,8 +185,8 @@ fn with_io_half_an_input_read_by_an_f32_anchor_keeps_its_dtype() {
     let (rg, rep) = transform(&g, &o.precision).unwrap();
     assert_eq!(rg.tensor(rg.tensor_id("x").unwrap()).dtype, F);
     assert_eq!(rg.tensor(rg.tensor_id("y").unwrap()).dtype, DType::F16);
-    assert_eq!(rep.node("mm").unwrap().rule, PrecisionRule::KeepOp { op: "MatMul".into() });
-    assert_eq!(rep.node("relu").unwrap().dtype, Some(DType::F16));
+    assert_eq!(rep.node(&rg, "mm").unwrap().rule, PrecisionRule::KeepOp { op: "MatMul".into() });
+    assert_eq!(rep.node(&rg, "relu").unwrap().dtype, Some(DType::F16));
     let plan = built(&g, &o);
     for k in plan.kernels() {
         assert!(k.body.iter().any(|i| !matches!(i.op, Op::Cast { .. })), "kernel {} only casts", k.name);

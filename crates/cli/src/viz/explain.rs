@@ -151,12 +151,16 @@ pub struct PrecisionSection {
 }
 
 impl PrecisionSection {
-    /// From the transform's report and the plan's counts.
-    pub fn new(r: &graph_passes::precision::PrecisionReport, plan: &ExecutionPlan) -> PrecisionSection {
+    /// From the transform's report on the graph it rewrote, and the plan's counts.
+    pub fn new(
+        r: &graph_passes::precision::PrecisionReport,
+        rewritten: &graph_ir::ComputeGraph,
+        plan: &ExecutionPlan,
+    ) -> PrecisionSection {
         PrecisionSection {
             precision: r.precision.name().to_string(),
             counts: plan.stats().nodes_per_precision.clone(),
-            nodes: r.nodes.clone(),
+            nodes: r.nodes(rewritten),
         }
     }
 

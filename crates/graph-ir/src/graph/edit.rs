@@ -154,6 +154,11 @@ impl GraphEdit {
         if same {
             return self.rewire(n, inputs);
         }
+        if op.is_none() {
+            if let Some((from, to)) = float_renaming(node, inputs, &self.g.tensors, dtype_was) {
+                return self.rename_outputs(n, inputs, from, to);
+            }
+        }
         if let Some(op) = op {
             self.g.nodes[n].op = op;
         }
@@ -205,6 +210,32 @@ impl GraphEdit {
                 }
             }
             x.dtype = spec.dtype;
+        }
+        self.rewire(n, inputs)
+    }
+
+    /// Place `n` reading `inputs`, whose float operands are its old ones with dtype `from` renamed to `to`
+    /// ([`float_renaming`]): its outputs of dtype `from` take `to`, the others keep theirs.
+    fn rename_outputs(&mut self, n: NodeId, inputs: &[TensorId], from: DType, to: DType) -> GraphResult<()> {
+        let limit = self.g.limits.max_tensor_bytes;
+        for i in 0..self.g.nodes[n].outputs.len() {
+            let o = self.g.nodes[n].outputs[i];
+            let x = &mut self.g.tensors[o];
+            if x.dtype != from {
+                continue;
+            }
+            let bytes = x.shape.byte_size(to);
+            if bytes.is_none_or(|b| b as u64 > limit) {
+                return Err(GraphError::LimitExceeded {
+                    what: format!("tensor '{}' bytes as {to}", x.name),
+                    value: bytes.map_or(u64::MAX, |b| b as u64),
+                    limit,
+                });
+            }
+            if let Some(e) = self.was.entry(o) {
+                e.or_insert(from);
+            }
+            x.dtype = to;
         }
         self.rewire(n, inputs)
     }
@@ -301,4 +332,44 @@ impl GraphEdit {
         }
         Ok(g)
     }
+}
+
+/// `Some((from, to))` when `node`'s new operands `inputs` have its old operands' shapes and dtypes except that
+/// every operand of float dtype `from` now has float dtype `to`, a dtype no old operand had: a consistent renaming
+/// of one float type. Inference treats the float dtypes alike (it asks only `is_float`, equality and bool), so
+/// such a node's outputs are its old ones with `from` renamed to `to` (checked on every case of infer's tests),
+/// which saves re-inferring it: the precision transform retypes most nodes this way. Not for `Cast` and custom
+/// ops, whose output dtypes are attributes.
+fn float_renaming(
+    node: &Node,
+    inputs: &[TensorId],
+    tensors: &SlotMap<TensorId, Tensor>,
+    dtype_was: impl Fn(TensorId) -> DType,
+) -> Option<(DType, DType)> {
+    if matches!(node.op, Op::Cast { .. } | Op::Custom(_)) || node.inputs.len() != inputs.len() {
+        return None;
+    }
+    let mut map: Option<(DType, DType)> = None;
+    for (&old, &new) in node.inputs.iter().zip(inputs) {
+        let (a, b) = (&tensors[old], &tensors[new]);
+        if b.shape != a.shape {
+            return None;
+        }
+        let (was, now) = (dtype_was(old), b.dtype);
+        if was == now {
+            continue;
+        }
+        match map {
+            None if was.is_float() && now.is_float() => map = Some((was, now)),
+            Some(m) if m == (was, now) => {}
+            _ => return None,
+        }
+    }
+    let (from, to) = map?;
+    // Uniform: no operand kept `from`, and none had `to` before (the renaming must be one-to-one).
+    let uniform = node.inputs.iter().zip(inputs).all(|(&old, &new)| {
+        let was = dtype_was(old);
+        was != to && (was != from || tensors[new].dtype == to)
+    });
+    uniform.then_some((from, to))
 }

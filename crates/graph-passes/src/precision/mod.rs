@@ -288,8 +288,8 @@ pub enum PrecisionRule {
     Default,
     /// Kept in f32 by op type.
     KeepOp {
-        /// The op type.
-        op: String,
+        /// The op type (an `Op::NAMES` entry, borrowed).
+        op: Cow<'static, str>,
     },
     /// Kept in f32: the node's name matches a pattern.
     KeepPattern {
@@ -343,13 +343,15 @@ pub struct NodePrecision {
     pub rule: PrecisionRule,
 }
 
-/// What the transform did.
+/// What the transform did. The rules are kept per node position, not per name: the transform does not copy
+/// every node's name into its report (that was a tenth of its cost); [`PrecisionReport::nodes`] names them from
+/// the rewritten graph when `explain` asks.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrecisionReport {
     /// The policy's precision.
     pub precision: Precision,
-    /// Every node of the rewritten graph, in its topological order.
-    pub nodes: Vec<NodePrecision>,
+    /// The rule of each node of the rewritten graph, in that graph's node order (its topological order).
+    pub rules: Vec<PrecisionRule>,
     /// Casts inserted.
     pub casts_inserted: usize,
     /// Weights and constants converted to half.
@@ -357,9 +359,26 @@ pub struct PrecisionReport {
 }
 
 impl PrecisionReport {
-    /// The entry of node `name`.
-    pub fn node(&self, name: &str) -> Option<&NodePrecision> {
-        self.nodes.iter().find(|n| n.node == name)
+    /// Every node of `rewritten` (the graph the transform returned with this report), in order: its name, op,
+    /// float dtype and rule.
+    pub fn nodes(&self, rewritten: &ComputeGraph) -> Vec<NodePrecision> {
+        rewritten.nodes().zip(&self.rules).map(|((_, n), rule)| entry(rewritten, n, rule)).collect()
+    }
+
+    /// The entry of node `name` of `rewritten`.
+    pub fn node(&self, rewritten: &ComputeGraph, name: &str) -> Option<NodePrecision> {
+        let id = rewritten.node_id(name)?;
+        let i = rewritten.node_ids().position(|n| n == id)?;
+        Some(entry(rewritten, rewritten.node(id), self.rules.get(i)?))
+    }
+}
+
+fn entry(g: &ComputeGraph, n: &graph_ir::Node, rule: &PrecisionRule) -> NodePrecision {
+    NodePrecision {
+        node: n.name.clone(),
+        op: Cow::Borrowed(n.op.name()),
+        dtype: n.outputs.iter().map(|&o| g.tensor(o).dtype).find(|d| d.is_float()),
+        rule: rule.clone(),
     }
 }
 
@@ -489,7 +508,7 @@ pub fn transform_owned(
                     } else {
                         fresh(&e, &format!("{base}.to_{target}.{}", e.node(n).name))
                     };
-                    let c = insert_cast(&mut e, &mut report, cname.clone(), t, &cname, target)?;
+                    let c = insert_cast(&mut e, &mut report, &cname, t, &cname, target)?;
                     if share {
                         shared.insert(key, c);
                     }
@@ -503,7 +522,6 @@ pub fn transform_owned(
             (Op::Cast { to: DType::F32 }, Want::Is(d)) if d != DType::F32 => Some(Op::Cast { to: d }),
             _ => None,
         };
-        let entry = |dtype| NodePrecision { node: node.name.clone(), op: Cow::Borrowed(node.op.name()), dtype, rule };
         // A view that writes a graph output of another dtype than its half source: cast the source instead and
         // replay the views on the cast, so that the cast joins the source's kernel (a cast after a view that
         // kernel cannot write, e.g. a reshape across a reduction's rows, would launch alone).
@@ -512,19 +530,16 @@ pub fn transform_owned(
             let have = e.tensor(*i).dtype;
             let keeps_half = convert_io && declared == DType::F32 && have == half;
             if facts[*o].output && have != declared && !keeps_half && have.is_float() && declared.is_float() {
-                let entry = entry(Some(declared));
                 let i = *i;
                 let widened = cast_view_source(&mut e, &mut report, i, declared)?;
                 e.place(n, op, &[widened])?;
-                report.nodes.push(entry);
+                report.rules.push(rule);
                 continue;
             }
         }
-        let mut entry = entry(None);
         e.place(n, op, &ins)?;
+        report.rules.push(rule);
         // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
-        entry.dtype = e.node(n).outputs.iter().map(|&o| e.tensor(o).dtype).find(|d| d.is_float());
-        report.nodes.push(entry);
         for i in 0..e.node(n).outputs.len() {
             let o = e.node(n).outputs[i];
             let got = e.tensor(o).dtype;
@@ -536,7 +551,7 @@ pub fn transform_owned(
             let oname = e.tensor(o).name.clone();
             e.rename_tensor(o, &fresh(&e, &format!("{oname}.{got}")))?;
             let cname = fresh(&e, &format!("{oname}.cast_out"));
-            let c = insert_cast(&mut e, &mut report, cname, o, &oname, declared)?;
+            let c = insert_cast(&mut e, &mut report, &cname, o, &oname, declared)?;
             e.replace_output(o, c)?;
             renamed.insert(o, oname);
         }
@@ -568,7 +583,7 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
         } else if !convertible(graph, n) || policy.precision == Precision::Fp32 {
             (Want::Declared, PrecisionRule::AsDeclared)
         } else if c.ops.contains(&node.op.name()) {
-            (Want::Is(DType::F32), PrecisionRule::KeepOp { op: node.op.name().to_string() })
+            (Want::Is(DType::F32), PrecisionRule::KeepOp { op: Cow::Borrowed(node.op.name()) })
         } else if let Some((p, _)) = c.patterns.iter().find(|(_, r)| r.is_match(&node.name)) {
             (Want::Is(DType::F32), PrecisionRule::KeepPattern { pattern: p.clone() })
         } else {
@@ -685,19 +700,14 @@ fn fresh(e: &GraphEdit, base: &str) -> String {
 fn insert_cast(
     e: &mut GraphEdit,
     report: &mut PrecisionReport,
-    name: String,
+    name: &str,
     src: TensorId,
     output: &str,
     to: DType,
 ) -> Result<TensorId, GraphError> {
-    let c = e.add_node(&name, Op::Cast { to }, &[src], &[output])?[0];
+    let c = e.add_node(name, Op::Cast { to }, &[src], &[output])?[0];
     report.casts_inserted += 1;
-    report.nodes.push(NodePrecision {
-        node: name,
-        op: "Cast".into(),
-        dtype: Some(to),
-        rule: PrecisionRule::InsertedCast,
-    });
+    report.rules.push(PrecisionRule::InsertedCast);
     Ok(c)
 }
 
@@ -722,17 +732,11 @@ fn cast_view_source(
         }
     }
     let cname = fresh(e, &format!("{}.to_{to}", e.tensor(src).name));
-    let mut cur = insert_cast(e, report, cname.clone(), src, &cname, to)?;
+    let mut cur = insert_cast(e, report, &cname, src, &cname, to)?;
     for (name, op) in views.into_iter().rev() {
         let vname = fresh(e, &format!("{name}.{to}"));
-        let op_name = Cow::Borrowed(op.name());
         cur = e.add_node(&vname, op, &[cur], &[&vname])?[0];
-        report.nodes.push(NodePrecision {
-            node: vname,
-            op: op_name,
-            dtype: Some(to),
-            rule: PrecisionRule::FollowsInput,
-        });
+        report.rules.push(PrecisionRule::FollowsInput);
     }
     Ok(cur)
 }
