@@ -950,6 +950,29 @@ fn fused_row_kernels_match_reference_plans() {
         g.mark_output(y).unwrap();
         graphs.push(g);
     }
+    {
+        // BERT's embeddings at batch 2: word rows gathered by id, a window of the position table (`[1, 6, 40]`,
+        // broadcast over the batch), token-type rows by a constant id list, then LayerNorm: the Gathers and the
+        // Slice are loads of the row kernel (ids past the table are clamped alike in both plans).
+        let mut g = ComputeGraph::new("embedding_layernorm");
+        let ids = g.add_input("ids", DType::I64, [2, 6]).unwrap();
+        let word = g.add_weight("word", f32t, [23, 40]).unwrap();
+        let pos = g.add_weight("pos", f32t, [1, 16, 40]).unwrap();
+        let types = g.add_weight("types", f32t, [2, 40]).unwrap();
+        let tt: Vec<u8> = [0i64, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let tt = g.add_constant("tt", DType::I64, [2, 6], tt).unwrap();
+        let sc = g.add_weight("sc", f32t, [40]).unwrap();
+        let bi = g.add_weight("bi", f32t, [40]).unwrap();
+        let w = node(&mut g, "word_rows", Op::Gather { axis: 0 }, &[word, ids]);
+        let window = Op::Slice { starts: vec![2], ends: vec![8], axes: Some(vec![1]), steps: None };
+        let p = node(&mut g, "pos_rows", window, &[pos]);
+        let a = node(&mut g, "add_pos", Op::Add, &[w, p]);
+        let t = node(&mut g, "type_rows", Op::Gather { axis: 0 }, &[types, tt]);
+        let b = node(&mut g, "add_type", Op::Add, &[a, t]);
+        let y = node(&mut g, "ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[b, sc, bi]);
+        g.mark_output(y).unwrap();
+        graphs.push(g);
+    }
     graphs.push(synth::transformer(1, 16, 2, 8, 1).unwrap());
     let mut fused = PlanOptions::with_streams(2);
     fused.fusion.caps = codegen::fusion_caps();
@@ -959,7 +982,9 @@ fn fused_row_kernels_match_reference_plans() {
     };
     // The fusion pass made one row kernel of each decomposed normalisation and of the integer rows (else this test
     // would prove nothing about `reduce::fused`).
-    for (name, kernels) in [("decomposed_layernorm", 1), ("decomposed_softmax", 1), ("integer_rows", 1)] {
+    for (name, kernels) in
+        [("decomposed_layernorm", 1), ("decomposed_softmax", 1), ("integer_rows", 1), ("embedding_layernorm", 1)]
+    {
         let r = runs.iter().find(|r| r.graph == name && r.tag == "opt").unwrap();
         assert_eq!(r.plan.kernels().len(), kernels, "{name}: kernels of the fused plan");
         assert!(r.sources.iter().all(|s| matches!(s.launch, codegen::Launch::Rows { .. })), "{name}: a row kernel");

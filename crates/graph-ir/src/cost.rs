@@ -59,6 +59,17 @@ fn numel(s: &Shape) -> u64 {
     s.numel().unwrap_or(usize::MAX) as u64
 }
 
+/// The bytes `op` reads of its operand `i` (`operand_bytes` in all) when it writes `output_bytes`: a Gather's
+/// data operand and a Slice's input are read only where the result picks them (an embedding lookup reads a few
+/// rows of its table, not the table), so at most the result's bytes; every other operand whole. The one rule
+/// for node costs and for fused groups (`graph_passes::estimate`).
+pub fn operand_read_bytes(op: &Op, i: usize, operand_bytes: u64, output_bytes: u64) -> u64 {
+    match op {
+        Op::Gather { .. } | Op::Slice { .. } if i == 0 => operand_bytes.min(output_bytes),
+        _ => operand_bytes,
+    }
+}
+
 fn sum_bytes<T: Operands + ?Sized>(ts: &T) -> u64 {
     (0..ts.count())
         .map(|i| {
@@ -117,8 +128,13 @@ pub fn op_cost(op: &Op, inputs: &[TensorSpec], outputs: &[TensorSpec]) -> OpCost
 
 /// The cost of `op` given its operands, however the caller holds them (`op_cost` for owned specs).
 pub fn op_cost_of<I: Operands + ?Sized, O: Operands + ?Sized>(op: &Op, inputs: &I, outputs: &O) -> OpCost {
-    let read = sum_bytes(inputs);
     let written = sum_bytes(outputs);
+    let read = (0..inputs.count())
+        .map(|i| {
+            let (d, s) = inputs.operand(i);
+            operand_read_bytes(op, i, s.byte_size(d).unwrap_or(usize::MAX) as u64, written)
+        })
+        .fold(0u64, u64::saturating_add);
     let out0 = first_numel(outputs);
     let flops = match op.category() {
         OpCategory::View => return OpCost::default(),

@@ -25,7 +25,7 @@
 
 use graph_ir::op::MemSpace;
 use graph_ir::shape::normalize_axis;
-use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, OpCost, Shape};
+use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, OpCost, Shape, TensorId};
 
 use crate::device::{DeviceProfile, Grid, LaunchEstimate};
 use crate::fusion::{FusedGroup, GroupKind};
@@ -37,7 +37,7 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
     for &n in &group.nodes {
         flops = flops.saturating_add(graph.node_cost(n).flops);
     }
-    let read: u64 = group.inputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).fold(0, u64::saturating_add);
+    let read: u64 = group.inputs.iter().map(|&t| input_read_bytes(graph, group, t)).fold(0, u64::saturating_add);
     let written: u64 = group.outputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).fold(0, u64::saturating_add);
     let cost = OpCost { flops, bytes_read: read, bytes_written: written };
     let dtype = group.outputs.first().map_or(DType::F32, |&t| graph.tensor(t).dtype);
@@ -56,6 +56,32 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
         threads_per_block: grid.threads,
     };
     (cost, est)
+}
+
+/// The bytes the kernel reads of its input `t`: all of them, unless every member reading `t` picks parts of it
+/// (`graph_ir::cost::operand_read_bytes`: Gathers from a table, Slices), then at most what those members write.
+fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup, t: TensorId) -> u64 {
+    let whole = graph.tensor(t).size_bytes() as u64;
+    let mut picked = 0u64;
+    for &n in graph.consumers(t) {
+        if !group.nodes.contains(&n) {
+            continue;
+        }
+        let node = graph.node(n);
+        let out: u64 = node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum();
+        for (i, _) in node.inputs.iter().enumerate().filter(|(_, &x)| x == t) {
+            let part = graph_ir::cost::operand_read_bytes(&node.op, i, whole, out);
+            if part == whole {
+                return whole;
+            }
+            picked = picked.saturating_add(part);
+        }
+    }
+    if picked == 0 {
+        whole
+    } else {
+        picked.min(whole)
+    }
 }
 
 fn copies_host(graph: &ComputeGraph, group: &FusedGroup) -> bool {

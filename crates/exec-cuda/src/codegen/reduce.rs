@@ -190,9 +190,25 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     };
     // Per-row values; with one element per row every value is both, and is computed per element.
     let per_row = |v: ValueId| -> CudaResult<bool> { Ok(len != 1 && numel(v)? == rows) };
-    // Computed values must be full or per-row; operands from outside broadcast into them (a LayerNorm scale).
+    // Computed values must be full or per-row; operands from outside broadcast into them (a LayerNorm scale), and
+    // so may loads the kernel computes inline and never writes (bert's position rows, `[1, S, H]` in a `[B, S, H]`
+    // domain: the fusion pass admits those only with an element count that is neither a full nor a per-row one).
+    let written = |v: ValueId| kernel.params.iter().any(|p| p.value == v && p.access == Access::Write);
     for instr in &kernel.body {
+        let load = instr.op.category() == graph_plan::ir::OpCategory::DataMovement;
         for &v in &instr.outputs {
+            if load && !written(v) {
+                let n = numel(v)?;
+                if n == rows || n == rows * len {
+                    continue;
+                }
+                let (vs, full) = (value_checked(kernel, v)?.shape.dims().to_vec(), &xs);
+                let fits = vs.len() <= full.len()
+                    && full[full.len() - vs.len()..].iter().zip(&vs).all(|(&f, &x)| x == f || x == 1);
+                if fits {
+                    continue;
+                }
+            }
             let n = numel(v)?;
             if n != rows && n != rows * len {
                 return Err(unsupported(

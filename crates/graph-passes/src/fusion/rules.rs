@@ -23,6 +23,7 @@ pub(super) enum Why {
     AnchorMove { anchor: u32 },
     SelectCompute { node: u32, anchor: u32 },
     ReductionMove,
+    RowLoad { node: u32 },
     CapOff(&'static str),
     Prologue { p: u32, anchor: u32 },
     EpilogueSize { t: u32, anchor: u32 },
@@ -86,7 +87,14 @@ impl Why {
                 n(node),
                 n(anchor)
             ),
-            Why::ReductionMove => "a data-movement op in a reduction kernel".into(),
+            Why::ReductionMove => "a data-movement op in a reduction kernel (only Gather, Slice, Expand and Transpose \
+                                   loads of tensors from outside the kernel join one)"
+                .into(),
+            Why::RowLoad { node } => format!(
+                "'{}' (data movement) would read or feed a value computed in the row kernel; only loads of tensors from \
+                 outside it join one",
+                n(node)
+            ),
             Why::CapOff(which) => format!("caps.{which} is off"),
             Why::Prologue { p, anchor } => {
                 format!("'{}' would compute an operand of anchor '{}' (no prologue fusion)", n(p), n(anchor))
@@ -252,6 +260,22 @@ impl Domain {
         Some(Domain { keep: canon(&keep).to_vec(), drop: canon(&drop).to_vec(), full, axes })
     }
 
+    /// True when a value of shape `dims` broadcasts (numpy rules) into the full shape without being a row value:
+    /// BERT's position rows `[1, S, H]` in a `[B, S, H]` domain. A load may compute such a value inline (the
+    /// elementwise op reading it indexes it by broadcast); it never leaves the kernel. Refused when its element
+    /// count is a full or a per-row count, which a backend could not tell apart from those classes.
+    fn broadcasts(&self, dims: &[usize]) -> bool {
+        let c = canon(dims);
+        if c.len() > self.full.len() || self.class(dims).is_some() {
+            return false;
+        }
+        let aligned = self.full[self.full.len() - c.len()..].iter().zip(c).all(|(&f, &x)| x == f || x == 1);
+        let n: usize = c.iter().product();
+        let full: usize = self.full.iter().product();
+        let rows: usize = self.drop.iter().product();
+        aligned && n != full && n != rows
+    }
+
     /// The class of a value of shape `dims`, `None` when it is not a row value of this domain.
     pub fn class(&self, dims: &[usize]) -> Option<Class> {
         let c = canon(dims);
@@ -296,6 +320,9 @@ pub(super) struct Group {
     pub layout_only: bool,
     /// Has a selection member (see `is_selection`).
     pub selects: bool,
+    /// Every data-movement member is a load op (`is_load`): a row kernel may take the group when those members
+    /// read only tensors from outside it (an embedding Gather feeding its LayerNorm).
+    pub loads_only: bool,
     /// Has merged: the lists below are authoritative.
     pub merged: bool,
     /// Non-view member positions (merged groups).
@@ -424,6 +451,7 @@ impl Groups {
                     || matches!(d.op(i), Op::Transpose { .. })
                     || is_selection(d, i),
                 selects: is_selection(d, i),
+                loads_only: cat != OpCategory::DataMovement || is_load(d.op(i)),
                 merged: false,
                 members: Vec::new(),
                 inputs: Vec::new(),
@@ -573,8 +601,8 @@ impl Groups {
             }
         }
         let g_gone = &mut self.g[gone as usize];
-        let (lo, hi, flops, layout_only, selects, splits) =
-            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects, g_gone.splits);
+        let (lo, hi, flops, layout_only, selects, splits, loads_only) =
+            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects, g_gone.splits, g_gone.loads_only);
         let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
         g_gone.alive = false;
         g_gone.inputs = Vec::new();
@@ -598,6 +626,7 @@ impl Groups {
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
+        k.loads_only &= loads_only;
         k.selects |= selects;
         k.splits |= splits;
         k.inputs = pv.inputs;
@@ -679,7 +708,14 @@ impl Groups {
             }
         }
         if domain != NONE && dm {
-            return reject(RejectReason::Pattern, Why::ReductionMove);
+            // Loads of outside tensors (an embedding lookup, a slice of a position table) are computed inline
+            // at each element of the row kernel; `check_rows` refuses one whose operand the kernel computes.
+            if !(ga.loads_only && gb.loads_only) {
+                return reject(RejectReason::Pattern, Why::ReductionMove);
+            }
+            if !caps.injective_fusion {
+                return reject(RejectReason::CapsExceeded, Why::CapOff("injective_fusion"));
+            }
         }
         // A Split routes the parts of an anchor's result; in any other kernel it would have to be computed.
         if anchor == NONE && (ga.splits || gb.splits) {
@@ -847,23 +883,41 @@ impl Groups {
         members: &[u32],
         inside: &dyn Fn(u32) -> bool,
     ) -> Result<(), Reject> {
+        let load = |m: u32| d.cat[m as usize] == OpCategory::DataMovement;
         for &m in members {
             match d.cat[m as usize] {
                 OpCategory::Reduction if self.node_domain[m as usize] == dom_id => {}
                 OpCategory::Elementwise => {}
+                OpCategory::DataMovement if is_load(d.op(m)) && d.outputs(m).len() == 1 => {}
                 _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
             }
             for &t in d.outputs(m) {
+                if load(m) && Self::broadcast_load(d, dom, t) {
+                    // Computed inline where an elementwise op of the kernel reads it; it leaves the kernel nowhere.
+                    if d.readers(t).iter().any(|&c| !inside(c)) {
+                        return reject(RejectReason::Pattern, Why::NotRowValue { t });
+                    }
+                    for &c in d.readers(t) {
+                        Self::check_edge(d, dom, t, c)?;
+                    }
+                    continue;
+                }
                 if dom.class(d.dims(t)).is_none() {
                     return reject(RejectReason::Pattern, Why::NotRowValue { t });
                 }
                 for &c in d.readers(t).iter().filter(|&&c| inside(c)) {
+                    if load(c) {
+                        return reject(RejectReason::Pattern, Why::RowLoad { node: c });
+                    }
                     Self::check_edge(d, dom, t, c)?;
                 }
             }
             for &t in d.inputs(m) {
                 let p = d.kprod[t as usize];
                 if p != NONE && inside(p) {
+                    if load(m) {
+                        return reject(RejectReason::Pattern, Why::RowLoad { node: m });
+                    }
                     Self::check_edge(d, dom, d.root[t as usize], m)?;
                 }
             }
@@ -871,8 +925,28 @@ impl Groups {
         Ok(())
     }
 
+    /// `t` is the result of a load (written by no view) that broadcasts into the domain's rows without being a row
+    /// value (`Domain::broadcasts`), and no graph output.
+    fn broadcast_load(d: &Dense<'_>, dom: &Domain, t: u32) -> bool {
+        let p = d.prod[t as usize];
+        p != NONE
+            && d.root[t as usize] == t
+            && d.cat[p as usize] == OpCategory::DataMovement
+            && is_load(d.op(p))
+            && !d.is_output(t)
+            && dom.broadcasts(d.dims(t))
+    }
+
     /// An edge from the value `t` (a kernel-written tensor) to consumer `c`, inside a row kernel.
     fn check_edge(d: &Dense<'_>, dom: &Domain, t: u32, c: u32) -> Result<(), Reject> {
+        if Self::broadcast_load(d, dom, t) {
+            // Only an elementwise op writing full row values reads a broadcast load (by broadcast indexing).
+            let full = d.outputs(c).iter().all(|&o| dom.class(d.dims(o)) == Some(Class::Full));
+            if d.cat[c as usize] != OpCategory::Elementwise || !full {
+                return reject(RejectReason::Pattern, Why::RowEdge { c, t });
+            }
+            return Ok(());
+        }
         let from = dom.class(d.dims(t));
         let c_red = d.cat[c as usize] == OpCategory::Reduction;
         let out = d.outputs(c).first().and_then(|&o| dom.class(d.dims(o)));
@@ -922,6 +996,13 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
         return None;
     };
     (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
+}
+
+/// A load: a data-movement op that a row kernel computes inline at each element from tensors outside it (a
+/// gathered embedding row, a slice of a position table, a broadcast, a permutation), as generated kernels read
+/// any operand through an index map.
+pub(super) fn is_load(op: &Op) -> bool {
+    matches!(op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. })
 }
 
 /// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),

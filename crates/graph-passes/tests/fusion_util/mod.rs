@@ -369,9 +369,33 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     if reductions > 0 {
         assert!(caps.reduction_fusion);
         assert_eq!(gr.kind, GroupKind::Reduction);
-        assert_eq!(moves, 0);
+        // Data movement in a row kernel: only loads (Gather, Slice, Expand, Transpose) of tensors no member
+        // computes, and only members read them.
+        for &n in &ops {
+            let node = g.node(n);
+            if node.op.category() != OpCategory::DataMovement {
+                continue;
+            }
+            assert!(caps.injective_fusion, "group {gi}: a load in a row kernel against the caps");
+            assert!(
+                matches!(node.op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. }),
+                "group {gi}: '{}' is no load",
+                name(n)
+            );
+            for &t in &node.inputs {
+                let mut t = t;
+                while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
+                    t = g.node(q).inputs[0];
+                }
+                assert!(
+                    g.producer(t).is_none_or(|p| !members.contains(&p)),
+                    "group {gi}: load '{}' reads a value the kernel computes",
+                    name(n)
+                );
+            }
+        }
     }
-    if moves > 0 && anchors == 0 {
+    if moves > 0 && anchors == 0 && reductions == 0 {
         assert!(caps.injective_fusion);
         assert_eq!(gr.kind, GroupKind::DataMovement);
     }
@@ -421,6 +445,10 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
     let mut lhs: Option<TensorId> = None;
     let gamma = g.add_weight("gamma", F, [8]).unwrap();
     let beta = g.add_weight("beta", F, [8]).unwrap();
+    // An embedding table and row ids (loads: a row kernel computes them inline).
+    let table = g.add_weight("table", F, [16, 8]).unwrap();
+    let ids: Vec<u8> = [3i64, 0, 15, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let ids = g.add_constant("ids", graph_ir::DType::I64, [4], ids).unwrap();
     let mut i = 0usize;
     let pick = |r: &mut SplitMix64, pool: &[(TensorId, K)], want: Option<K>| -> Option<(TensorId, K)> {
         let cands: Vec<(TensorId, K)> = pool.iter().copied().filter(|&(_, k)| want.is_none_or(|w| w == k)).collect();
@@ -438,7 +466,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
     while i < n {
         let name = format!("n{i}");
         i += 1;
-        let choice = r.below(20);
+        let choice = r.below(21);
         let (a, ka) = pick(&mut r, &pool, None).unwrap();
         let out: Option<(TensorId, K)> = match choice {
             0..=4 => {
@@ -542,6 +570,26 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
                 } else {
                     let to = graph_ir::op::MemSpace::Device;
                     Some((n1(&mut g, &name, Op::Memcpy { to }, &[a]), K::Full))
+                }
+            }
+            20 => {
+                // A gathered embedding row, a sliced window of the table, or one table row (`[1, 8]`, which
+                // broadcasts over the rows, as a position embedding over the batch); often added to a row value.
+                let (t, k) = match r.below(3) {
+                    0 => (n1(&mut g, &name, Op::Gather { axis: 0 }, &[table, ids]), K::Full),
+                    1 => {
+                        let slice = Op::Slice { starts: vec![5], ends: vec![9], axes: Some(vec![0]), steps: None };
+                        (n1(&mut g, &name, slice, &[table]), K::Full)
+                    }
+                    _ => {
+                        let slice = Op::Slice { starts: vec![7], ends: vec![8], axes: Some(vec![0]), steps: None };
+                        (n1(&mut g, &name, slice, &[table]), K::Col)
+                    }
+                };
+                if ka == K::Full && r.below(2) == 0 {
+                    Some((n1(&mut g, &format!("{name}.add"), Op::Add, &[t, a]), K::Full))
+                } else {
+                    Some((t, k))
                 }
             }
             _ => None,
