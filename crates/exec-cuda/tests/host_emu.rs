@@ -973,6 +973,26 @@ fn fused_row_kernels_match_reference_plans() {
         g.mark_output(y).unwrap();
         graphs.push(g);
     }
+    {
+        // A vision transformer's embeddings: the patch grid (a conv result from outside, [1, 40, 2, 3]) flattened
+        // and transposed to six tokens, a class token expanded before them, the position table added (the
+        // residual stream, an output too), then LayerNorm: the loads chain Transpose and Expand into a Concat.
+        let mut g = ComputeGraph::new("patch_embedding");
+        let grid = g.add_input("grid", f32t, [1, 40, 2, 3]).unwrap();
+        let cls = g.add_weight("cls", f32t, [1, 1, 40]).unwrap();
+        let pos = g.add_weight("pos", f32t, [1, 7, 40]).unwrap();
+        let sc = g.add_weight("sc", f32t, [40]).unwrap();
+        let bi = g.add_weight("bi", f32t, [40]).unwrap();
+        let flat = node(&mut g, "flat", Op::Reshape { shape: vec![1, 40, 6], allowzero: false }, &[grid]);
+        let tokens = node(&mut g, "tokens", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[flat]);
+        let c = node(&mut g, "cls_b", Op::Expand { shape: vec![1, 1, 40] }, &[cls]);
+        let cat = node(&mut g, "cat", Op::Concat { axis: 1 }, &[c, tokens]);
+        let h = node(&mut g, "h", Op::Add, &[cat, pos]);
+        let y = node(&mut g, "ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[h, sc, bi]);
+        g.mark_output(y).unwrap();
+        g.mark_output(h).unwrap();
+        graphs.push(g);
+    }
     graphs.push(synth::transformer(1, 16, 2, 8, 1).unwrap());
     let mut fused = PlanOptions::with_streams(2);
     fused.fusion.caps = codegen::fusion_caps();
@@ -982,9 +1002,13 @@ fn fused_row_kernels_match_reference_plans() {
     };
     // The fusion pass made one row kernel of each decomposed normalisation and of the integer rows (else this test
     // would prove nothing about `reduce::fused`).
-    for (name, kernels) in
-        [("decomposed_layernorm", 1), ("decomposed_softmax", 1), ("integer_rows", 1), ("embedding_layernorm", 1)]
-    {
+    for (name, kernels) in [
+        ("decomposed_layernorm", 1),
+        ("decomposed_softmax", 1),
+        ("integer_rows", 1),
+        ("embedding_layernorm", 1),
+        ("patch_embedding", 1),
+    ] {
         let r = runs.iter().find(|r| r.graph == name && r.tag == "opt").unwrap();
         assert_eq!(r.plan.kernels().len(), kernels, "{name}: kernels of the fused plan");
         assert!(r.sources.iter().all(|s| matches!(s.launch, codegen::Launch::Rows { .. })), "{name}: a row kernel");

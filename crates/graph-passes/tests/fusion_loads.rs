@@ -92,6 +92,45 @@ fn position_rows_broadcast_over_the_batch_are_loads_too() {
 }
 
 #[test]
+fn a_class_token_and_a_patch_grid_concatenated_are_a_chain_of_loads() {
+    // A vision transformer's embeddings: the patch grid transposed to tokens, a class token expanded before them
+    // (inner links: read only by the Concat, no row shape needed), the position table added, LayerNorm. The
+    // sum is the residual stream, read by a later Add too: the kernel writes it and the normalised rows.
+    let mut g = ComputeGraph::new("vit_embeddings");
+    let grid = g.add_input("grid", F, [1, 16, 2, 2]).unwrap();
+    let cls = g.add_weight("cls", F, [1, 1, 16]).unwrap();
+    let pos = g.add_weight("pos", F, [1, 5, 16]).unwrap();
+    let gamma = g.add_weight("gamma", F, [16]).unwrap();
+    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let flat = n1(&mut g, "flat", Op::Reshape { shape: vec![1, 16, 4], allowzero: false }, &[grid]);
+    let tokens = n1(&mut g, "tokens", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[flat]);
+    let c = n1(&mut g, "cls_b", Op::Expand { shape: vec![1, 1, 16] }, &[cls]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &[c, tokens]);
+    let h = n1(&mut g, "h", Op::Add, &[cat, pos]);
+    let y = n1(&mut g, "ln", ln(), &[h, gamma, beta]);
+    let r = n1(&mut g, "res", Op::Add, &[h, y]);
+    g.mark_output(r).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![vec!["tokens", "cls_b", "cat", "h", "ln", "res"]]);
+    assert_eq!(kinds(&p), vec![GroupKind::Reduction]);
+    // A Concat of a computed value is no load: ln(concat(exp(a), b)) keeps the Exp apart.
+    let mut g = ComputeGraph::new("cat_of_computed");
+    let a = g.add_input("a", F, [2, 16]).unwrap();
+    let b = g.add_input("b", F, [2, 16]).unwrap();
+    let e = n1(&mut g, "exp", Op::Exp, &[a]);
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 0 }, &[e, b]);
+    let gamma = g.add_weight("gamma", F, [16]).unwrap();
+    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let y = n1(&mut g, "ln", ln(), &[cat, gamma, beta]);
+    g.mark_output(y).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(verdict(&p, "exp", "cat"), Some(RejectReason::Pattern));
+    assert!(names(&g, &p).contains(&vec!["exp".to_string()]), "{:?}", names(&g, &p));
+}
+
+#[test]
 fn loads_in_row_kernels_follow_the_injective_cap() {
     let g = embeddings();
     let caps = FusionCaps { injective_fusion: false, ..FusionCaps::all() };
@@ -147,5 +186,5 @@ fn data_movement_that_is_no_load_keeps_its_launch() {
     assert_eq!(names(&g, &p), vec![vec!["pad"], vec!["ln"]]);
     assert_eq!(verdict(&p, "pad", "ln"), Some(RejectReason::Pattern));
     let d = p.decisions.iter().find(|d| d.producer == "pad").unwrap();
-    assert!(d.detail.contains("only Gather, Slice, Expand and Transpose"), "{}", d.detail);
+    assert!(d.detail.contains("only Gather, Slice, Expand, Transpose and Concat loads"), "{}", d.detail);
 }

@@ -166,12 +166,12 @@ fn memory_order_at_plan_level() {
     o.order = OrderStrategy::Memory;
     let p = plan(&g, &o);
     let s = p.stats();
-    assert_eq!((s.given_order_lower_bound_bytes, s.lower_bound_bytes), (7424, 6912));
+    assert_eq!((s.given_order_lower_bound_bytes, s.lower_bound_bytes), (8192, 7680));
     assert_eq!((s.order_chosen.name(), s.order_optimal), ("group", true));
     assert_eq!(p.pool_bytes as u64, s.lower_bound_bytes);
     assert_matches_reference(&g, &o, 7);
     let given = plan(&g, &opts(1, true));
-    assert_eq!(given.stats().lower_bound_bytes, 7424);
+    assert_eq!(given.stats().lower_bound_bytes, 8192);
     assert_eq!(given.stats().order_chosen.name(), "given");
     assert!(!given.stats().order_optimal, "no search ran");
 

@@ -191,23 +191,19 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     // Per-row values; with one element per row every value is both, and is computed per element.
     let per_row = |v: ValueId| -> CudaResult<bool> { Ok(len != 1 && numel(v)? == rows) };
     // Computed values must be full or per-row; operands from outside broadcast into them (a LayerNorm scale), and
-    // so may loads the kernel computes inline and never writes (bert's position rows, `[1, S, H]` in a `[B, S, H]`
-    // domain: the fusion pass admits those only with an element count that is neither a full nor a per-row one).
+    // so may the loads (data movement of outside tensors) that the kernel computes inline at whatever element their
+    // readers ask for and never writes: bert's position rows, `[1, S, H]` in a `[B, S, H]` domain, or a class token
+    // and a patch grid before their Concat. Those are never per-row values, whatever their element count.
     let written = |v: ValueId| kernel.params.iter().any(|p| p.value == v && p.access == Access::Write);
+    let moves = |i: &graph_plan::Instr| i.op.category() == graph_plan::ir::OpCategory::DataMovement;
+    // A load's result, or a value only loads read (a Cast before a Gather): computed where it is asked for.
+    let inline_load = |instr: &graph_plan::Instr, v: ValueId| {
+        !written(v) && (moves(instr) || kernel.body.iter().filter(|i| i.inputs.contains(&v)).all(&moves))
+    };
     for instr in &kernel.body {
-        let load = instr.op.category() == graph_plan::ir::OpCategory::DataMovement;
         for &v in &instr.outputs {
-            if load && !written(v) {
-                let n = numel(v)?;
-                if n == rows || n == rows * len {
-                    continue;
-                }
-                let (vs, full) = (value_checked(kernel, v)?.shape.dims().to_vec(), &xs);
-                let fits = vs.len() <= full.len()
-                    && full[full.len() - vs.len()..].iter().zip(&vs).all(|(&f, &x)| x == f || x == 1);
-                if fits {
-                    continue;
-                }
+            if inline_load(instr, v) {
+                continue;
             }
             let n = numel(v)?;
             if n != rows && n != rows * len {
@@ -260,7 +256,7 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         if !is_reduction(instr) {
             // Per-row values are computed once, as soon as the reductions they read are done.
             for &o in &instr.outputs {
-                if per_row(o)? {
+                if per_row(o)? && !inline_load(instr, o) {
                     let name = e.at(o, "r")?;
                     e.rows.insert(o, RowValue::Scalar(name));
                 }

@@ -28,10 +28,12 @@
 //!   reduced value only in its kept-dims form (so numpy broadcasting lines up with the rows). One block per row
 //!   runs one pass per reduction: the decomposed Softmax (ReduceMax, Sub, Exp, ReduceSum, Div) and the decomposed
 //!   LayerNormalization (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) each become one kernel.
-//!   With `injective_fusion`, **loads** join a row kernel too: a Gather, Slice, Expand or Transpose whose operands
-//!   no member computes, and whose result is a row value, is computed inline at each element (BERT's word,
-//!   position and token-type embedding lookups feeding their LayerNorm: one kernel). Data movement that reads a
-//!   value the kernel computes (that row may be another block's), or that is no load (Pad, Concat), is refused.
+//!   With `injective_fusion`, **loads** join a row kernel too: a Gather, Slice, Expand, Transpose or Concat that
+//!   reads tensors from outside the kernel, other loads' results or Casts of those, and whose result is a row
+//!   value, broadcasts into the rows, or is read only by other loads, is computed inline at each element (BERT's
+//!   embedding lookups feeding their LayerNorm; a vision transformer's class token and patch grid through their
+//!   Concat). A load of a value the kernel computes (that row may be another block's), or data movement that is
+//!   no load (Pad, Split), is refused.
 //! - **Attention kernels** (`Attention`, when `FusionCaps::attention`): `MatMul(Q, K^T) -> [Mul/Div by a
 //!   scalar] -> [Where(cond, scores, fill)] -> [Add mask] -> Softmax(last axis) -> MatMul(., V)`, each link a
 //!   direct edge read by nothing else,

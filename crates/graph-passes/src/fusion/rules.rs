@@ -87,8 +87,8 @@ impl Why {
                 n(node),
                 n(anchor)
             ),
-            Why::ReductionMove => "a data-movement op in a reduction kernel (only Gather, Slice, Expand and Transpose \
-                                   loads of tensors from outside the kernel join one)"
+            Why::ReductionMove => "a data-movement op in a reduction kernel (only Gather, Slice, Expand, Transpose \
+                                   and Concat loads of tensors from outside the kernel join one)"
                 .into(),
             Why::RowLoad { node } => format!(
                 "'{}' (data movement) would read or feed a value computed in the row kernel; only loads of tensors from \
@@ -884,6 +884,22 @@ impl Groups {
         inside: &dyn Fn(u32) -> bool,
     ) -> Result<(), Reject> {
         let load = |m: u32| d.cat[m as usize] == OpCategory::DataMovement;
+        // What a load may read inside the kernel: another load's result, or a conversion (a Cast the precision
+        // transform put before it) of tensors from outside the kernel or of loads' results. Neither depends on a
+        // row the block computes, so the kernel computes it at whatever element the load asks for.
+        let source = |p: u32| {
+            load(p)
+                || matches!(d.op(p), Op::Cast { .. })
+                    && d.inputs(p).iter().all(|&t| {
+                        let q = d.kprod[t as usize];
+                        q == NONE || !inside(q) || load(q)
+                    })
+        };
+        // A Cast whose result a load of the kernel reads: it must stay a `source`.
+        let feeds_load = |c: u32| {
+            matches!(d.op(c), Op::Cast { .. })
+                && d.outputs(c).iter().any(|&o| d.readers(o).iter().any(|&r| inside(r) && load(r)))
+        };
         for &m in members {
             match d.cat[m as usize] {
                 OpCategory::Reduction if self.node_domain[m as usize] == dom_id => {}
@@ -892,12 +908,19 @@ impl Groups {
                 _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
             }
             for &t in d.outputs(m) {
+                let readers = d.readers(t);
+                // An inner link of a chain of loads (a transposed patch grid into a Concat, a converted table into
+                // its Gather): read only by loads of the kernel, computed inline at whatever element they ask
+                // for; it needs no row shape.
+                if source(m) && !d.is_output(t) && readers.iter().all(|&c| inside(c) && load(c)) {
+                    continue;
+                }
                 if load(m) && Self::broadcast_load(d, dom, t) {
                     // Computed inline where an elementwise op of the kernel reads it; it leaves the kernel nowhere.
-                    if d.readers(t).iter().any(|&c| !inside(c)) {
+                    if readers.iter().any(|&c| !inside(c)) {
                         return reject(RejectReason::Pattern, Why::NotRowValue { t });
                     }
-                    for &c in d.readers(t) {
+                    for &c in readers {
                         Self::check_edge(d, dom, t, c)?;
                     }
                     continue;
@@ -905,8 +928,14 @@ impl Groups {
                 if dom.class(d.dims(t)).is_none() {
                     return reject(RejectReason::Pattern, Why::NotRowValue { t });
                 }
-                for &c in d.readers(t).iter().filter(|&&c| inside(c)) {
+                for &c in readers.iter().filter(|&&c| inside(c)) {
                     if load(c) {
+                        if source(m) {
+                            continue;
+                        }
+                        return reject(RejectReason::Pattern, Why::RowLoad { node: c });
+                    }
+                    if feeds_load(c) && !load(m) {
                         return reject(RejectReason::Pattern, Why::RowLoad { node: c });
                     }
                     Self::check_edge(d, dom, t, c)?;
@@ -915,7 +944,15 @@ impl Groups {
             for &t in d.inputs(m) {
                 let p = d.kprod[t as usize];
                 if p != NONE && inside(p) {
+                    // A load reads tensors from outside the kernel or `source` values, never a value the kernel
+                    // computes (that element's row may be another block's).
                     if load(m) {
+                        if source(p) {
+                            continue;
+                        }
+                        return reject(RejectReason::Pattern, Why::RowLoad { node: m });
+                    }
+                    if feeds_load(m) && !load(p) {
                         return reject(RejectReason::Pattern, Why::RowLoad { node: m });
                     }
                     Self::check_edge(d, dom, d.root[t as usize], m)?;
@@ -998,11 +1035,11 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
     (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
 }
 
-/// A load: a data-movement op that a row kernel computes inline at each element from tensors outside it (a
-/// gathered embedding row, a slice of a position table, a broadcast, a permutation), as generated kernels read
-/// any operand through an index map.
+/// A load: a data-movement op that a row kernel computes inline at each element from tensors outside it or from
+/// other loads (a gathered embedding row, a slice of a position table, a broadcast, a permutation, a class token
+/// concatenated before a patch grid), as generated kernels read any operand through an index map.
 pub(super) fn is_load(op: &Op) -> bool {
-    matches!(op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. })
+    matches!(op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. } | Op::Concat { .. })
 }
 
 /// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),

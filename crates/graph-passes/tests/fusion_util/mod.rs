@@ -369,26 +369,28 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
     if reductions > 0 {
         assert!(caps.reduction_fusion);
         assert_eq!(gr.kind, GroupKind::Reduction);
-        // Data movement in a row kernel: only loads (Gather, Slice, Expand, Transpose) of tensors no member
-        // computes, and only members read them.
+        // Data movement in a row kernel: only loads (Gather, Slice, Expand, Transpose, Concat) of tensors no
+        // member computes but other loads.
         for &n in &ops {
             let node = g.node(n);
             if node.op.category() != OpCategory::DataMovement {
                 continue;
             }
             assert!(caps.injective_fusion, "group {gi}: a load in a row kernel against the caps");
-            assert!(
-                matches!(node.op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. }),
-                "group {gi}: '{}' is no load",
-                name(n)
-            );
+            let load = |op: &Op| {
+                matches!(
+                    op,
+                    Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. } | Op::Concat { .. }
+                )
+            };
+            assert!(load(&node.op), "group {gi}: '{}' is no load", name(n));
             for &t in &node.inputs {
                 let mut t = t;
                 while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
                     t = g.node(q).inputs[0];
                 }
                 assert!(
-                    g.producer(t).is_none_or(|p| !members.contains(&p)),
+                    g.producer(t).is_none_or(|p| !members.contains(&p) || load(&g.node(p).op)),
                     "group {gi}: load '{}' reads a value the kernel computes",
                     name(n)
                 );
