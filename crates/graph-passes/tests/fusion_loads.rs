@@ -131,6 +131,49 @@ fn a_class_token_and_a_patch_grid_concatenated_are_a_chain_of_loads() {
 }
 
 #[test]
+fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
+    // BERT's pooler and a ViT's head read row 0 of the last LayerNorm's result: the blocks of those rows also
+    // write them to the selection's output, so the Gather costs no launch.
+    let build = || {
+        let mut g = ComputeGraph::new("cls");
+        let x = g.add_input("x", F, [2, 5, 16]).unwrap();
+        let gamma = g.add_weight("gamma", F, [16]).unwrap();
+        let beta = g.add_weight("beta", F, [16]).unwrap();
+        let w = g.add_weight("w", F, [4, 16]).unwrap();
+        let zero = g.add_constant("zero", DType::I64, [], 0i64.to_le_bytes().to_vec()).unwrap();
+        let y = n1(&mut g, "ln", ln(), &[x, gamma, beta]);
+        let c = n1(&mut g, "cls", Op::Gather { axis: 1 }, &[y, zero]);
+        let gemm = Op::Gemm { alpha: 1.0, beta: 1.0, trans_a: false, trans_b: true };
+        let z = n1(&mut g, "head", gemm, &[c, w]);
+        g.mark_output(y).unwrap();
+        g.mark_output(z).unwrap();
+        (g, zero)
+    };
+    let (g, _) = build();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(names(&g, &p), vec![vec!["ln", "cls"], vec!["head"]]);
+    assert_eq!(kinds(&p), vec![GroupKind::Reduction, GroupKind::Anchor]);
+
+    let caps = FusionCaps { select_epilogue: false, ..FusionCaps::all() };
+    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(&g, &p, &caps);
+    assert_eq!(verdict(&p, "ln", "cls"), Some(RejectReason::CapsExceeded));
+    let d = p.decisions.iter().find(|d| d.producer == "ln" && d.consumer == "cls").unwrap();
+    assert!(d.detail.contains("select_epilogue"), "{}", d.detail);
+
+    // Along the normalised axis the Gather picks one element per row, not a row: refused.
+    let (mut g, zero) = build();
+    let y = g.node(g.node_id("ln").unwrap()).outputs[0];
+    let e = n1(&mut g, "elem", Op::Gather { axis: -1 }, &[y, zero]);
+    g.mark_output(e).unwrap();
+    let p = fuse(&g, &FusionOptions::default());
+    check(&g, &p, &FusionCaps::all());
+    assert_eq!(verdict(&p, "ln", "elem"), Some(RejectReason::Pattern));
+    assert!(names(&g, &p).contains(&vec!["elem".to_string()]), "{:?}", names(&g, &p));
+}
+
+#[test]
 fn loads_in_row_kernels_follow_the_injective_cap() {
     let g = embeddings();
     let caps = FusionCaps { injective_fusion: false, ..FusionCaps::all() };

@@ -201,6 +201,15 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         !written(v) && (moves(instr) || kernel.body.iter().filter(|i| i.inputs.contains(&v)).all(&moves))
     };
     for instr in &kernel.body {
+        // A selection of rows the kernel computes (`select_epilogue`, off in this backend's caps) would have to be
+        // written by the blocks of the selected rows: not generated.
+        let computed = |x: &ValueId| kernel.body.iter().any(|i| !moves(i) && i.outputs.contains(x));
+        if moves(instr) && instr.outputs.iter().any(|&v| written(v)) && instr.inputs.first().is_some_and(computed) {
+            return Err(unsupported(
+                kernel,
+                format!("a selection of computed rows in a row kernel (node '{}')", instr.node),
+            ));
+        }
         for &v in &instr.outputs {
             if inline_load(instr, v) {
                 continue;

@@ -834,7 +834,11 @@ impl Groups {
                     _ if self.size(a) <= self.size(b) => a,
                     _ => b,
                 };
-                self.check_rows(d, m.domain, dom, self.members(side), &self.inside(a, b))?;
+                let inside = self.inside(a, b);
+                self.check_rows(d, caps, m.domain, dom, self.members(side), &inside)?;
+                if self.has_moves(d, a) || self.has_moves(d, b) {
+                    self.check_loads(d, a, b, &inside)?;
+                }
             }
             _ => {}
         }
@@ -874,27 +878,61 @@ impl Groups {
         Ok(selected)
     }
 
+    /// Whether group `x` has a data-movement member.
+    fn has_moves(&self, d: &Dense<'_>, x: u32) -> bool {
+        self.members(x).iter().any(|&m| d.cat[m as usize] == OpCategory::DataMovement)
+    }
+
+    /// The loads of the merged row kernel `a + b`, over all its members (a merge may make a chain impure far
+    /// from the edge between the two sides): each reads only `pure` members' results, but a row selection, whose
+    /// result nothing in the kernel reads; and an op of the kernel that reads a load reads a pure one.
+    fn check_loads(&self, d: &Dense<'_>, a: u32, b: u32, inside: &dyn Fn(u32) -> bool) -> Result<(), Reject> {
+        for &m in self.members(a).iter().chain(self.members(b)) {
+            let load = d.cat[m as usize] == OpCategory::DataMovement;
+            let selection =
+                load && is_selection(d, m) && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)));
+            if selection {
+                continue;
+            }
+            for &t in d.inputs(m) {
+                let p = d.kprod[t as usize];
+                if p == NONE || !inside(p) {
+                    continue;
+                }
+                if load && !pure(d, inside, p) {
+                    return reject(RejectReason::Pattern, Why::RowLoad { node: m });
+                }
+                if !load && d.cat[p as usize] == OpCategory::DataMovement && !pure(d, inside, p) {
+                    return reject(RejectReason::Pattern, Why::RowLoad { node: p });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Row-kernel rules for `members` and every edge touching them inside the merged group.
     fn check_rows(
         &self,
         d: &Dense<'_>,
+        caps: &FusionCaps,
         dom_id: u32,
         dom: &Domain,
         members: &[u32],
         inside: &dyn Fn(u32) -> bool,
     ) -> Result<(), Reject> {
         let load = |m: u32| d.cat[m as usize] == OpCategory::DataMovement;
-        // What a load may read inside the kernel: another load's result, or a conversion (a Cast the precision
-        // transform put before it) of tensors from outside the kernel or of loads' results. Neither depends on a
-        // row the block computes, so the kernel computes it at whatever element the load asks for.
-        let source = |p: u32| {
-            load(p)
-                || matches!(d.op(p), Op::Cast { .. })
-                    && d.inputs(p).iter().all(|&t| {
-                        let q = d.kprod[t as usize];
-                        q == NONE || !inside(q) || load(q)
-                    })
+        // A row selection (`select_epilogue`): a constant-index Gather of a full row value along an axis that is
+        // not reduced, read by nothing in the kernel (BERT's and a ViT's class token after the last LayerNorm).
+        // It picks whole rows: the blocks of the selected rows also write them to the selection's output.
+        let selects = |m: u32| {
+            is_selection(d, m)
+                && matches!(d.op(m), Op::Gather { .. })
+                && Self::selected_axis(d, dom, m).is_some()
+                && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)))
         };
+        // What a load may read inside the kernel: a `pure` member's result, which depends on no row the block
+        // computes, so the kernel computes it at whatever element the load asks for.
+        let source = |p: u32| pure(d, inside, p);
         // A Cast whose result a load of the kernel reads: it must stay a `source`.
         let feeds_load = |c: u32| {
             matches!(d.op(c), Op::Cast { .. })
@@ -906,6 +944,13 @@ impl Groups {
                 OpCategory::Elementwise => {}
                 OpCategory::DataMovement if is_load(d.op(m)) && d.outputs(m).len() == 1 => {}
                 _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
+            }
+            if load(m) && selects(m) {
+                if !caps.select_epilogue {
+                    return reject(RejectReason::CapsExceeded, Why::CapOff("select_epilogue"));
+                }
+                // Its data operand is a full row value of the kernel (or from outside); the index is a constant.
+                continue;
             }
             for &t in d.outputs(m) {
                 let readers = d.readers(t);
@@ -933,9 +978,15 @@ impl Groups {
                         if source(m) {
                             continue;
                         }
+                        if selects(c) && d.inputs(c).first() == Some(&t) {
+                            if !caps.select_epilogue {
+                                return reject(RejectReason::CapsExceeded, Why::CapOff("select_epilogue"));
+                            }
+                            continue;
+                        }
                         return reject(RejectReason::Pattern, Why::RowLoad { node: c });
                     }
-                    if feeds_load(c) && !load(m) {
+                    if feeds_load(c) && !source(m) {
                         return reject(RejectReason::Pattern, Why::RowLoad { node: c });
                     }
                     Self::check_edge(d, dom, t, c)?;
@@ -952,14 +1003,34 @@ impl Groups {
                         }
                         return reject(RejectReason::Pattern, Why::RowLoad { node: m });
                     }
-                    if feeds_load(m) && !load(p) {
+                    if feeds_load(m) && !source(p) {
                         return reject(RejectReason::Pattern, Why::RowLoad { node: m });
+                    }
+                    // A load read by an op of the kernel reads pure values itself (checked again here: it may have
+                    // joined as a row selection, read by nothing then).
+                    if load(p) && !source(p) {
+                        return reject(RejectReason::Pattern, Why::RowLoad { node: p });
                     }
                     Self::check_edge(d, dom, d.root[t as usize], m)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// The axis of the domain's full shape that the constant-index Gather `m` selects from, when its data operand
+    /// is a full row value and that axis is not reduced (so it picks whole rows); `None` otherwise.
+    fn selected_axis(d: &Dense<'_>, dom: &Domain, m: u32) -> Option<usize> {
+        let Op::Gather { axis } = d.op(m) else { return None };
+        let data = *d.inputs(m).first()?;
+        let dims = d.dims(data);
+        if dom.class(dims) != Some(Class::Full) {
+            return None;
+        }
+        let a = graph_ir::shape::normalize_axis(*axis, dims.len())?;
+        // Leading extent-1 axes are stripped from the domain's shape.
+        let a = a.checked_sub(dims.len() - canon(dims).len())?;
+        (!dom.axes.contains(&a)).then_some(a)
     }
 
     /// `t` is the result of a load (written by no view) that broadcasts into the domain's rows without being a row
@@ -1033,6 +1104,32 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
         return None;
     };
     (window(second)? <= POOL_CHAIN_MAX_WINDOW).then_some((first, second))
+}
+
+/// Member `p` of a row kernel (`inside`) is pure: a load, or a Cast (the precision transform's conversion), whose
+/// operands are tensors from outside the kernel or pure members' results. Its value depends on no row the kernel
+/// computes, so a load may read it at any element. (An explicit stack: chains of loads can be long.)
+fn pure(d: &Dense<'_>, inside: &dyn Fn(u32) -> bool, p: u32) -> bool {
+    let mut stack = vec![p];
+    let mut seen: Vec<u32> = Vec::new();
+    while let Some(x) = stack.pop() {
+        if seen.contains(&x) {
+            continue;
+        }
+        seen.push(x);
+        let kind =
+            (d.cat[x as usize] == OpCategory::DataMovement && is_load(d.op(x))) || matches!(d.op(x), Op::Cast { .. });
+        if !kind {
+            return false;
+        }
+        for &t in d.inputs(x) {
+            let q = d.kprod[t as usize];
+            if q != NONE && inside(q) {
+                stack.push(q);
+            }
+        }
+    }
+    true
 }
 
 /// A load: a data-movement op that a row kernel computes inline at each element from tensors outside it or from

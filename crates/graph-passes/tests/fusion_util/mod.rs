@@ -384,13 +384,54 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                 )
             };
             assert!(load(&node.op), "group {gi}: '{}' is no load", name(n));
+            // A load or a Cast whose operands (through views) are outside the kernel or pure themselves.
+            fn pure_in(g: &ComputeGraph, members: &HashSet<NodeId>, p: NodeId, load: &dyn Fn(&Op) -> bool) -> bool {
+                let node = g.node(p);
+                (load(&node.op) || matches!(node.op, Op::Cast { .. }))
+                    && node.inputs.iter().all(|&t| {
+                        let mut t = t;
+                        while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
+                            t = g.node(q).inputs[0];
+                        }
+                        g.producer(t).is_none_or(|q| !members.contains(&q) || pure_in(g, members, q, load))
+                    })
+            }
+            let pure = |p: NodeId| pure_in(g, &members, p, &load);
+            // A row selection: a constant-index Gather whose result nothing in the kernel reads.
+            let selection = matches!(node.op, Op::Gather { .. })
+                && node.inputs.get(1).is_some_and(|&t| {
+                    g.tensor(t).role == graph_ir::TensorRole::Constant && g.tensor(t).shape.rank() == 0
+                })
+                && node.outputs.iter().all(|&o| {
+                    // Its readers through views.
+                    let mut stack = vec![o];
+                    let mut ok = true;
+                    while let Some(t) = stack.pop() {
+                        for &c in g.consumers(t) {
+                            if g.node(c).op.is_view() {
+                                stack.extend(g.node(c).outputs.iter().copied());
+                            } else {
+                                ok &= !members.contains(&c);
+                            }
+                        }
+                    }
+                    ok
+                });
+            let mut data = node.inputs[0];
+            while let Some(q) = g.producer(data).filter(|&q| g.node(q).op.is_view()) {
+                data = g.node(q).inputs[0];
+            }
+            if selection && g.producer(data).is_some_and(|p| members.contains(&p)) {
+                assert!(caps.select_epilogue, "group {gi}: row selection '{}' against the caps", name(n));
+                continue;
+            }
             for &t in &node.inputs {
                 let mut t = t;
                 while let Some(q) = g.producer(t).filter(|&q| g.node(q).op.is_view()) {
                     t = g.node(q).inputs[0];
                 }
                 assert!(
-                    g.producer(t).is_none_or(|p| !members.contains(&p) || load(&g.node(p).op)),
+                    g.producer(t).is_none_or(|p| !members.contains(&p) || pure(p)),
                     "group {gi}: load '{}' reads a value the kernel computes",
                     name(n)
                 );
@@ -451,6 +492,8 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
     let table = g.add_weight("table", F, [16, 8]).unwrap();
     let ids: Vec<u8> = [3i64, 0, 15, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
     let ids = g.add_constant("ids", graph_ir::DType::I64, [4], ids).unwrap();
+    // A constant scalar index: a selection of one row (a class token).
+    let row2 = g.add_constant("row2", graph_ir::DType::I64, [], 2i64.to_le_bytes().to_vec()).unwrap();
     let mut i = 0usize;
     let pick = |r: &mut SplitMix64, pool: &[(TensorId, K)], want: Option<K>| -> Option<(TensorId, K)> {
         let cands: Vec<(TensorId, K)> = pool.iter().copied().filter(|&(_, k)| want.is_none_or(|w| w == k)).collect();
@@ -573,6 +616,11 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
                     let to = graph_ir::op::MemSpace::Device;
                     Some((n1(&mut g, &name, Op::Memcpy { to }, &[a]), K::Full))
                 }
+            }
+            20 if ka == K::Full && r.below(4) == 0 => {
+                // Row 2 of a row value, as a `[1, 8]` value (a row selection when a row kernel computes `a`).
+                let sel = n1(&mut g, &format!("{name}.sel"), Op::Gather { axis: 0 }, &[a, row2]);
+                Some((n1(&mut g, &name, Op::Unsqueeze { axes: vec![0] }, &[sel]), K::Col))
             }
             20 => {
                 // A gathered embedding row, a sliced window of the table, or one table row (`[1, 8]`, which
