@@ -1110,24 +1110,31 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
 /// operands are tensors from outside the kernel or pure members' results. Its value depends on no row the kernel
 /// computes, so a load may read it at any element. (An explicit stack: chains of loads can be long.)
 fn pure(d: &Dense<'_>, inside: &dyn Fn(u32) -> bool, p: u32) -> bool {
-    let mut stack = vec![p];
-    let mut seen: Vec<u32> = Vec::new();
+    let kind = |x: u32| {
+        (d.cat[x as usize] == OpCategory::DataMovement && is_load(d.op(x))) || matches!(d.op(x), Op::Cast { .. })
+    };
+    let within = |t: &u32| {
+        let q = d.kprod[*t as usize];
+        (q != NONE && inside(q)).then_some(q)
+    };
+    if !kind(p) {
+        return false;
+    }
+    // The usual case, a load of tensors from outside the kernel, allocates nothing.
+    if !d.inputs(p).iter().any(|t| within(t).is_some()) {
+        return true;
+    }
+    let mut stack: Vec<u32> = d.inputs(p).iter().filter_map(within).collect();
+    let mut seen: Vec<u32> = vec![p];
     while let Some(x) = stack.pop() {
         if seen.contains(&x) {
             continue;
         }
         seen.push(x);
-        let kind =
-            (d.cat[x as usize] == OpCategory::DataMovement && is_load(d.op(x))) || matches!(d.op(x), Op::Cast { .. });
-        if !kind {
+        if !kind(x) {
             return false;
         }
-        for &t in d.inputs(x) {
-            let q = d.kprod[t as usize];
-            if q != NONE && inside(q) {
-                stack.push(q);
-            }
-        }
+        stack.extend(d.inputs(x).iter().filter_map(within));
     }
     true
 }
