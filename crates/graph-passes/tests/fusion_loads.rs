@@ -8,7 +8,7 @@ mod fusion_util;
 use fusion_util::*;
 use graph_ir::op::PadMode;
 use graph_ir::OpCost;
-use graph_ir::{ComputeGraph, DType, Op};
+use graph_ir::{ComputeGraph, DType, Op, TensorId};
 use graph_passes::device::DeviceProfile;
 use graph_passes::fusion::{FusionCaps, FusionOptions, FusionPlan, GroupKind, RejectReason};
 
@@ -21,6 +21,18 @@ fn ln() -> Op {
     Op::LayerNormalization { axis: -1, epsilon: 1e-5 }
 }
 
+/// A LayerNorm's scale and bias over rows of 16.
+fn ln_weights(g: &mut ComputeGraph) -> (TensorId, TensorId) {
+    (g.add_weight("gamma", F, [16]).unwrap(), g.add_weight("beta", F, [16]).unwrap())
+}
+
+/// The fusion plan of `g` under `caps`, checked against them.
+fn fused(g: &ComputeGraph, caps: FusionCaps) -> FusionPlan {
+    let p = fuse(g, &FusionOptions { caps: caps.clone(), ..Default::default() });
+    check(g, &p, &caps);
+    p
+}
+
 /// BERT's embeddings at batch 1: word rows gathered by id, plus a window of the position table (as exports
 /// write `position_embeddings[:, :seq]`), plus token-type rows, then LayerNorm.
 fn embeddings() -> ComputeGraph {
@@ -30,8 +42,7 @@ fn embeddings() -> ComputeGraph {
     let word = g.add_weight("word", F, [50, 16]).unwrap();
     let pos = g.add_weight("pos", F, [1, 32, 16]).unwrap();
     let types = g.add_weight("types", F, [2, 16]).unwrap();
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let w = n1(&mut g, "word_rows", Op::Gather { axis: 0 }, &[word, ids]);
     let window = Op::Slice { starts: vec![0], ends: vec![8], axes: Some(vec![1]), steps: None };
     let p = n1(&mut g, "pos_rows", window, &[pos]);
@@ -46,8 +57,7 @@ fn embeddings() -> ComputeGraph {
 #[test]
 fn embedding_lookups_are_loads_of_the_layernorm_kernel() {
     let g = embeddings();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &p), vec![vec!["word_rows", "pos_rows", "add_pos", "type_rows", "add_type", "ln"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Reduction]);
     // The kernel reads the gathered rows and the window, not the tables: 8 rows of 16 f32 from each table (the
@@ -67,16 +77,14 @@ fn position_rows_broadcast_over_the_batch_are_loads_too() {
     let ids = g.add_input("ids", DType::I64, [2, 8]).unwrap();
     let word = g.add_weight("word", F, [50, 16]).unwrap();
     let pos = g.add_weight("pos", F, [1, 32, 16]).unwrap();
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let w = n1(&mut g, "word_rows", Op::Gather { axis: 0 }, &[word, ids]);
     let window = Op::Slice { starts: vec![0], ends: vec![8], axes: Some(vec![1]), steps: None };
     let p = n1(&mut g, "pos_rows", window, &[pos]);
     let a = n1(&mut g, "add_pos", Op::Add, &[w, p]);
     let y = n1(&mut g, "ln", ln(), &[a, gamma, beta]);
     g.mark_output(y).unwrap();
-    let plan = fuse(&g, &FusionOptions::default());
-    check(&g, &plan, &FusionCaps::all());
+    let plan = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &plan), vec![vec!["word_rows", "pos_rows", "add_pos", "ln"]]);
     // The position rows are read by the kernel once per batch element: charged as the window (8 rows) once.
     assert_eq!(cost(&g, &plan, 0).bytes_read, (16 * 64 + 8 * 64 + 16 * 8 + 2 * 64) as u64);
@@ -86,8 +94,7 @@ fn position_rows_broadcast_over_the_batch_are_loads_too() {
     let mut g2 = g.clone();
     let z = n1(&mut g2, "ln2", ln(), &[p, gamma, beta]);
     g2.mark_output(z).unwrap();
-    let plan = fuse(&g2, &FusionOptions::default());
-    check(&g2, &plan, &FusionCaps::all());
+    let plan = fused(&g2, FusionCaps::all());
     assert_eq!(names(&g2, &plan), vec![vec!["pos_rows", "ln2"], vec!["word_rows", "add_pos", "ln"]]);
 }
 
@@ -100,8 +107,7 @@ fn a_class_token_and_a_patch_grid_concatenated_are_a_chain_of_loads() {
     let grid = g.add_input("grid", F, [1, 16, 2, 2]).unwrap();
     let cls = g.add_weight("cls", F, [1, 1, 16]).unwrap();
     let pos = g.add_weight("pos", F, [1, 5, 16]).unwrap();
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let flat = n1(&mut g, "flat", Op::Reshape { shape: vec![1, 16, 4], allowzero: false }, &[grid]);
     let tokens = n1(&mut g, "tokens", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[flat]);
     let c = n1(&mut g, "cls_b", Op::Expand { shape: vec![1, 1, 16] }, &[cls]);
@@ -110,8 +116,7 @@ fn a_class_token_and_a_patch_grid_concatenated_are_a_chain_of_loads() {
     let y = n1(&mut g, "ln", ln(), &[h, gamma, beta]);
     let r = n1(&mut g, "res", Op::Add, &[h, y]);
     g.mark_output(r).unwrap();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &p), vec![vec!["tokens", "cls_b", "cat", "h", "ln", "res"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Reduction]);
     // A Concat of a computed value is no load: ln(concat(exp(a), b)) keeps the Exp apart.
@@ -120,12 +125,10 @@ fn a_class_token_and_a_patch_grid_concatenated_are_a_chain_of_loads() {
     let b = g.add_input("b", F, [2, 16]).unwrap();
     let e = n1(&mut g, "exp", Op::Exp, &[a]);
     let cat = n1(&mut g, "cat", Op::Concat { axis: 0 }, &[e, b]);
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let y = n1(&mut g, "ln", ln(), &[cat, gamma, beta]);
     g.mark_output(y).unwrap();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(verdict(&p, "exp", "cat"), Some(RejectReason::Pattern));
     assert!(names(&g, &p).contains(&vec!["exp".to_string()]), "{:?}", names(&g, &p));
 }
@@ -137,8 +140,7 @@ fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
     let build = || {
         let mut g = ComputeGraph::new("cls");
         let x = g.add_input("x", F, [2, 5, 16]).unwrap();
-        let gamma = g.add_weight("gamma", F, [16]).unwrap();
-        let beta = g.add_weight("beta", F, [16]).unwrap();
+        let (gamma, beta) = ln_weights(&mut g);
         let w = g.add_weight("w", F, [4, 16]).unwrap();
         let zero = g.add_constant("zero", DType::I64, [], 0i64.to_le_bytes().to_vec()).unwrap();
         let y = n1(&mut g, "ln", ln(), &[x, gamma, beta]);
@@ -150,14 +152,12 @@ fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
         (g, zero)
     };
     let (g, _) = build();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &p), vec![vec!["ln", "cls"], vec!["head"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Reduction, GroupKind::Anchor]);
 
     let caps = FusionCaps { select_epilogue: false, ..FusionCaps::all() };
-    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
-    check(&g, &p, &caps);
+    let p = fused(&g, caps);
     assert_eq!(verdict(&p, "ln", "cls"), Some(RejectReason::CapsExceeded));
     let d = p.decisions.iter().find(|d| d.producer == "ln" && d.consumer == "cls").unwrap();
     assert!(d.detail.contains("select_epilogue"), "{}", d.detail);
@@ -167,8 +167,7 @@ fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
     let y = g.node(g.node_id("ln").unwrap()).outputs[0];
     let e = n1(&mut g, "elem", Op::Gather { axis: -1 }, &[y, zero]);
     g.mark_output(e).unwrap();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(verdict(&p, "ln", "elem"), Some(RejectReason::Pattern));
     assert!(names(&g, &p).contains(&vec!["elem".to_string()]), "{:?}", names(&g, &p));
 }
@@ -177,8 +176,7 @@ fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
 fn loads_in_row_kernels_follow_the_injective_cap() {
     let g = embeddings();
     let caps = FusionCaps { injective_fusion: false, ..FusionCaps::all() };
-    let p = fuse(&g, &FusionOptions { caps: caps.clone(), ..Default::default() });
-    check(&g, &p, &caps);
+    let p = fused(&g, caps);
     assert_eq!(verdict(&p, "word_rows", "add_pos"), Some(RejectReason::CapsExceeded));
     assert_eq!(verdict(&p, "type_rows", "add_type"), Some(RejectReason::CapsExceeded));
     let d = p.decisions.iter().find(|d| d.producer == "type_rows").unwrap();
@@ -193,14 +191,12 @@ fn a_load_of_a_value_the_row_kernel_computes_keeps_its_producer_apart() {
     let mut g = ComputeGraph::new("gather_of_computed");
     let x = g.add_input("x", F, [4, 16]).unwrap();
     let idx = g.add_input("idx", DType::I64, [4]).unwrap();
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let e = n1(&mut g, "exp", Op::Exp, &[x]);
     let r = n1(&mut g, "rows", Op::Gather { axis: 0 }, &[e, idx]);
     let y = n1(&mut g, "ln", ln(), &[r, gamma, beta]);
     g.mark_output(y).unwrap();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &p), vec![vec!["exp"], vec!["rows", "ln"]]);
     assert_eq!(verdict(&p, "exp", "rows"), Some(RejectReason::Pattern));
     let d = p.decisions.iter().find(|d| d.producer == "exp" && d.consumer == "rows").unwrap();
@@ -218,14 +214,12 @@ fn data_movement_that_is_no_load_keeps_its_launch() {
     // A Pad computes values (its fill) rather than loading them: it stays a loop kernel of its own.
     let mut g = ComputeGraph::new("pad_ln");
     let x = g.add_input("x", F, [4, 12]).unwrap();
-    let gamma = g.add_weight("gamma", F, [16]).unwrap();
-    let beta = g.add_weight("beta", F, [16]).unwrap();
+    let (gamma, beta) = ln_weights(&mut g);
     let pad = Op::Pad { pads: vec![0, 2, 0, 2], mode: PadMode::Constant, value: 0.0 };
     let pd = n1(&mut g, "pad", pad, &[x]);
     let y = n1(&mut g, "ln", ln(), &[pd, gamma, beta]);
     g.mark_output(y).unwrap();
-    let p = fuse(&g, &FusionOptions::default());
-    check(&g, &p, &FusionCaps::all());
+    let p = fused(&g, FusionCaps::all());
     assert_eq!(names(&g, &p), vec![vec!["pad"], vec!["ln"]]);
     assert_eq!(verdict(&p, "pad", "ln"), Some(RejectReason::Pattern));
     let d = p.decisions.iter().find(|d| d.producer == "pad").unwrap();

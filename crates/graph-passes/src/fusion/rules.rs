@@ -837,7 +837,7 @@ impl Groups {
                 let inside = self.inside(a, b);
                 self.check_rows(d, caps, m.domain, dom, self.members(side), &inside)?;
                 if self.has_moves(d, a) || self.has_moves(d, b) {
-                    self.check_loads(d, a, b, &inside)?;
+                    self.check_loads(d, dom, a, b, &inside)?;
                 }
             }
             _ => {}
@@ -884,14 +884,20 @@ impl Groups {
     }
 
     /// The loads of the merged row kernel `a + b`, over all its members (a merge may make a chain impure far
-    /// from the edge between the two sides): each reads only `pure` members' results, but a row selection, whose
-    /// result nothing in the kernel reads; and an op of the kernel that reads a load reads a pure one.
-    fn check_loads(&self, d: &Dense<'_>, a: u32, b: u32, inside: &dyn Fn(u32) -> bool) -> Result<(), Reject> {
+    /// from the edge between the two sides): each reads only `pure` members' results, but a row selection
+    /// (`row_selection`); and an op of the kernel that reads a load reads a pure one. (`check_rows` refuses the
+    /// same on the edges it checks, before this walk: the cheap, common refusal.)
+    fn check_loads(
+        &self,
+        d: &Dense<'_>,
+        dom: &Domain,
+        a: u32,
+        b: u32,
+        inside: &dyn Fn(u32) -> bool,
+    ) -> Result<(), Reject> {
         for &m in self.members(a).iter().chain(self.members(b)) {
             let load = d.cat[m as usize] == OpCategory::DataMovement;
-            let selection =
-                load && is_selection(d, m) && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)));
-            if selection {
+            if load && Self::row_selection(d, dom, m, inside) {
                 continue;
             }
             for &t in d.inputs(m) {
@@ -921,15 +927,7 @@ impl Groups {
         inside: &dyn Fn(u32) -> bool,
     ) -> Result<(), Reject> {
         let load = |m: u32| d.cat[m as usize] == OpCategory::DataMovement;
-        // A row selection (`select_epilogue`): a constant-index Gather of a full row value along an axis that is
-        // not reduced, read by nothing in the kernel (BERT's and a ViT's class token after the last LayerNorm).
-        // It picks whole rows: the blocks of the selected rows also write them to the selection's output.
-        let selects = |m: u32| {
-            is_selection(d, m)
-                && matches!(d.op(m), Op::Gather { .. })
-                && Self::selected_axis(d, dom, m).is_some()
-                && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)))
-        };
+        let selects = |m: u32| Self::row_selection(d, dom, m, inside);
         // What a load may read inside the kernel: a `pure` member's result, which depends on no row the block
         // computes, so the kernel computes it at whatever element the load asks for.
         let source = |p: u32| pure(d, inside, p);
@@ -1016,6 +1014,16 @@ impl Groups {
             }
         }
         Ok(())
+    }
+
+    /// Member `m` is a row selection (`select_epilogue`): a constant-index Gather of a full row value along an axis
+    /// that is not reduced, read by nothing in the kernel (BERT's and a ViT's class token after the last
+    /// LayerNorm). It picks whole rows: the blocks of the selected rows also write them to its output.
+    fn row_selection(d: &Dense<'_>, dom: &Domain, m: u32, inside: &dyn Fn(u32) -> bool) -> bool {
+        is_selection(d, m)
+            && matches!(d.op(m), Op::Gather { .. })
+            && Self::selected_axis(d, dom, m).is_some()
+            && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)))
     }
 
     /// The axis of the domain's full shape that the constant-index Gather `m` selects from, when its data operand
