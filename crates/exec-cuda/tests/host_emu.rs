@@ -1021,3 +1021,50 @@ fn fused_row_kernels_match_reference_plans() {
         eprintln!("{test}: {n} distinct kernels compiled with NVRTC");
     }
 }
+
+/// Mixed-precision nodes (`Node::store`: a LayerNorm reading f16 with f32 weights and storing f16, an Add of f16
+/// and f32 storing f16, a Softmax reading f16 and storing f32) generate the code of the casts they stand for: the
+/// same bytes as the graph written with those casts.
+#[test]
+fn mixed_precision_nodes_match_their_casts() {
+    let build = |mixed: bool| {
+        let (f16, f32) = (DType::F16, DType::F32);
+        let mut g = ComputeGraph::new("mixed");
+        let x = g.add_input("x", f32, [2, 64]).unwrap();
+        let y = g.add_input("y", f32, [2, 64]).unwrap();
+        let s = g.add_weight("s", f32, [64]).unwrap();
+        let b = g.add_weight("b", f32, [64]).unwrap();
+        let x16 = node(&mut g, "x16", Op::Cast { to: f16 }, &[x]);
+        let ln_op = Op::LayerNormalization { axis: -1, epsilon: 1e-5 };
+        let e = if mixed {
+            let ln = g.add_node_stored("ln", ln_op, &[x16, s, b], &["ln"], Some(f16)).unwrap()[0];
+            let q = g.add_node_stored("q", Op::Add, &[ln, y], &["q"], Some(f16)).unwrap()[0];
+            node(&mut g, "e", Op::Exp, &[q])
+        } else {
+            let xc = node(&mut g, "xc", Op::Cast { to: f32 }, &[x16]);
+            let ln32 = node(&mut g, "ln32", ln_op, &[xc, s, b]);
+            let ln = node(&mut g, "ln", Op::Cast { to: f16 }, &[ln32]);
+            let lc = node(&mut g, "lc", Op::Cast { to: f32 }, &[ln]);
+            let q32 = node(&mut g, "q32", Op::Add, &[lc, y]);
+            let q = node(&mut g, "q", Op::Cast { to: f16 }, &[q32]);
+            node(&mut g, "e", Op::Exp, &[q])
+        };
+        let p = if mixed {
+            g.add_node_stored("p", Op::Softmax { axis: -1 }, &[e], &["p"], Some(f32)).unwrap()[0]
+        } else {
+            let ec = node(&mut g, "ec", Op::Cast { to: f32 }, &[e]);
+            node(&mut g, "p", Op::Softmax { axis: -1 }, &[ec])
+        };
+        g.mark_output(p).unwrap();
+        g
+    };
+    let data = [
+        ("x", f(&seq(128, 0.3, 0.1))),
+        ("y", f(&seq(128, 0.05, -0.2))),
+        ("s", f(&seq(64, 0.02, 1.0))),
+        ("b", f(&seq(64, 0.01, 0.0))),
+    ];
+    let test = "mixed_precision_nodes_match_their_casts";
+    let (Some(m), Some(c)) = (run(test, &build(true), 1, &data), run(test, &build(false), 1, &data)) else { return };
+    assert_eq!(m["p"], c["p"], "{test}: the mixed nodes' output differs from the casts'");
+}

@@ -2,13 +2,13 @@
 //! and writing its `Write` params to theirs. Temporaries live in kernel-local scratch; views reinterpret.
 //! The program is the only description used: no graph node is looked up.
 
-use graph_plan::{Access, BufferRef, ExecError, GroupKind, HostTensor, Kernel, Op, Region, Shape};
+use graph_plan::{Access, BufferRef, DType, ExecError, GroupKind, HostTensor, Kernel, Op, Region, Shape};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::attention;
 use crate::ops::{self, Spec};
-use crate::value::Val;
+use crate::value::{Data, Val};
 
 /// A CPU implementation of a custom kernel: its inputs in program order, returning its outputs.
 pub type CustomFn = Arc<dyn Fn(&[HostTensor]) -> Result<Vec<HostTensor>, String> + Send + Sync>;
@@ -139,6 +139,7 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| kerr(k, &ins.node, &ins.op, e))?
             }
+            op if mixed(op, &args, &specs) => eval_mixed(op, &args, &specs).map_err(|e| kerr(k, &ins.node, op, e))?,
             op => ops::eval(op, &args, &specs).map_err(|e| kerr(k, &ins.node, op, e))?,
         };
         if outs.len() != ins.outputs.len() {
@@ -186,3 +187,34 @@ pub(crate) fn accesses(k: &Kernel) -> Vec<(BufferRef, Access)> {
 
 /// Regions that hold run-time results (poisoned before each run so stale bytes cannot pass for results).
 pub(crate) const SCRATCH_REGIONS: [Region; 2] = [Region::Pool, Region::Host];
+
+/// Whether an instruction is a mixed-precision node (graph-ir's `Node::store`): an op that may store mixed
+/// dtypes whose float operands and outputs do not share one dtype.
+fn mixed(op: &Op, args: &[&Val], specs: &[Spec<'_>]) -> bool {
+    if !op.stores_mixed() {
+        return false;
+    }
+    let mut floats = args.iter().map(|a| a.dtype).chain(specs.iter().map(|s| s.dtype)).filter(|d| d.is_float());
+    let first = floats.next();
+    floats.any(|d| Some(d) != first)
+}
+
+/// The numeric rule for a mixed node: its float operands widened exactly to f32, the op computed in f32, each
+/// float output rounded once to its own dtype.
+fn eval_mixed(op: &Op, args: &[&Val], specs: &[Spec<'_>]) -> Result<Vec<Val>, String> {
+    let widen = |v: &Val| if v.dtype.is_float() { Val { dtype: DType::F32, ..v.clone() } } else { v.clone() };
+    let wide: Vec<Val> = args.iter().map(|v| widen(v)).collect();
+    let refs: Vec<&Val> = wide.iter().collect();
+    let f32_specs: Vec<Spec<'_>> = specs
+        .iter()
+        .map(|s| Spec { dtype: if s.dtype.is_float() { DType::F32 } else { s.dtype }, shape: s.shape })
+        .collect();
+    let outs = ops::eval(op, &refs, &f32_specs)?;
+    outs.into_iter()
+        .zip(specs)
+        .map(|(v, s)| match (&v.data, s.dtype.is_float()) {
+            (Data::F(x), true) => Ok(Val::from_f(s.dtype, v.shape.clone(), x.to_vec())),
+            _ => Ok(v),
+        })
+        .collect()
+}

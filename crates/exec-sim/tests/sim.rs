@@ -459,3 +459,83 @@ fn memcpy_nodes_run_as_copy_steps() {
         assert_eq!(t.launches, 3);
     }
 }
+
+/// The same half computation written with mixed-precision nodes (`Node::store`) and with the casts they stand
+/// for: a LayerNorm reading f16 with f32 weights and storing f16, an Add of f16 and f32 storing f16, a Softmax
+/// reading f16 and storing f32.
+fn mixed_or_casts(mixed: bool) -> ComputeGraph {
+    let (f16, f32) = (DType::F16, DType::F32);
+    let mut g = ComputeGraph::new(if mixed { "mixed" } else { "casts" });
+    let x = g.add_input("x", f16, [2, 64]).unwrap();
+    let y = g.add_input("y", f32, [2, 64]).unwrap();
+    let s = g.add_weight("s", f32, [64]).unwrap();
+    let b = g.add_weight("b", f32, [64]).unwrap();
+    let ln_op = Op::LayerNormalization { axis: -1, epsilon: 1e-5 };
+    let (ln, q) = if mixed {
+        let ln = g.add_node_stored("ln", ln_op, &[x, s, b], &["ln"], Some(f16)).unwrap()[0];
+        let q = g.add_node_stored("q", Op::Add, &[ln, y], &["q"], Some(f16)).unwrap()[0];
+        (ln, q)
+    } else {
+        let xc = g.add_node("xc", Op::Cast { to: f32 }, &[x]).unwrap()[0];
+        let ln32 = g.add_node("ln32", ln_op, &[xc, s, b]).unwrap()[0];
+        let ln = g.add_node("ln16", Op::Cast { to: f16 }, &[ln32]).unwrap()[0];
+        let lc = g.add_node("lc", Op::Cast { to: f32 }, &[ln]).unwrap()[0];
+        let q32 = g.add_node("q32", Op::Add, &[lc, y]).unwrap()[0];
+        (ln, g.add_node("q16", Op::Cast { to: f16 }, &[q32]).unwrap()[0])
+    };
+    let e = g.add_node("e", Op::Exp, &[q]).unwrap()[0];
+    let p = if mixed {
+        g.add_node_stored("p", Op::Softmax { axis: -1 }, &[e], &["p"], Some(f32)).unwrap()[0]
+    } else {
+        let ec = g.add_node("ec", Op::Cast { to: f32 }, &[e]).unwrap()[0];
+        g.add_node("p32", Op::Softmax { axis: -1 }, &[ec]).unwrap()[0]
+    };
+    g.mark_output(ln).unwrap();
+    g.mark_output(p).unwrap();
+    g
+}
+
+#[test]
+fn mixed_precision_nodes_compute_what_their_casts_would() {
+    let mixed = mixed_or_casts(true);
+    let casts = mixed_or_casts(false);
+    assert_eq!(mixed.tensor(mixed.outputs()[0]).dtype, DType::F16);
+    assert_eq!(mixed.tensor(mixed.outputs()[1]).dtype, DType::F32);
+    // The store dtype survives the JSON format.
+    let back = graph_plan::ir::json::from_json(&mixed.to_json()).unwrap();
+    let stores: Vec<_> = back.nodes().map(|(_, n)| (n.name.clone(), n.store)).collect();
+    assert!(stores.contains(&("ln".into(), Some(DType::F16))) && stores.contains(&("p".into(), Some(DType::F32))));
+    let (pm, pc) = (build(&mixed, &PlanOptions::default()), build(&casts, &PlanOptions::default()));
+    assert!(pm.kernel_count_fused <= pc.kernel_count_fused);
+    for seed in 0..3 {
+        let (inputs, weights) = tensors(&pm, seed);
+        let om = run_plan(&SimExecutor::new(), &pm, &weights, &inputs).unwrap();
+        let oc = run_plan(&SimExecutor::new(), &pc, &weights, &inputs).unwrap();
+        let (ln_m, ln_c) = (&om["ln"], &oc["ln16"]);
+        assert_eq!(ln_m.dtype, DType::F16);
+        assert_eq!(ln_m.data, ln_c.data, "seed {seed}: the LayerNorm differs");
+        assert_eq!(om["p"].data, oc["p32"].data, "seed {seed}: the Softmax differs");
+    }
+    // Fused against the unfused reference plan, bit for bit.
+    let r =
+        check(&mixed, &PlanOptions::default(), &TensorMap::new(), &TensorMap::new(), &CheckOptions::default()).unwrap();
+    assert!(r.passed && r.outputs.iter().all(|o| o.bitwise_equal), "{r:?}");
+}
+
+#[test]
+fn a_store_dtype_is_refused_where_it_has_no_meaning() {
+    let mut g = ComputeGraph::new("bad_store");
+    let a = g.add_input("a", DType::F16, [4, 4]).unwrap();
+    let w = g.add_weight("w", DType::F32, [4, 4]).unwrap();
+    let e = g.add_node_stored("mm", Op::MatMul, &[a, w], &["mm"], Some(DType::F16)).unwrap_err();
+    assert!(matches!(&e, graph_plan::ir::GraphError::DTypeMismatch { node, .. } if node == "mm"), "{e}");
+    let e = g.add_node_stored("r", Op::Relu, &[a], &["r"], Some(DType::I32)).unwrap_err();
+    assert!(
+        matches!(&e, graph_plan::ir::GraphError::DTypeMismatch { node, detail, .. }
+        if node == "r" && detail.contains("store i32")),
+        "{e}"
+    );
+    // Without a store dtype, mixed operands stay an error.
+    let e = g.add_node("add", Op::Add, &[a, w]).unwrap_err();
+    assert!(matches!(&e, graph_plan::ir::GraphError::DTypeMismatch { .. }), "{e}");
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::cost::{op_cost_of, OpCost, Operands};
 use crate::error::{GraphError, GraphResult};
-use crate::infer::{infer, InferError};
+use crate::infer::{infer_stored, InferError};
 use crate::op::{Op, OpCategory};
 use crate::shape::MAX_RANK;
 use crate::{DType, Shape, TensorSpec};
@@ -100,6 +100,11 @@ pub struct Node {
     pub inputs: Vec<TensorId>,
     /// Outputs, in the op's order.
     pub outputs: Vec<TensorId>,
+    /// The store dtype of a mixed-precision node (set by the precision transform; `None` for every node a
+    /// model file declares): the node reads each float operand in whatever float dtype it is stored (widened
+    /// exactly to f32), computes in f32 and stores its float outputs in this dtype. It stands for the casts that
+    /// would otherwise sit around it; only ops that [`Op::stores_mixed`] have one.
+    pub store: Option<DType>,
 }
 
 /// Size limits checked at construction, so hostile inputs fail with an error rather than exhausting memory.
@@ -271,6 +276,18 @@ impl ComputeGraph {
         inputs: &[TensorId],
         output_names: &[&str],
     ) -> GraphResult<Vec<TensorId>> {
+        self.add_node_stored(name, op, inputs, output_names, None)
+    }
+
+    /// Add a node with explicitly named outputs and a store dtype ([`Node::store`]; `None`: an ordinary node).
+    pub fn add_node_stored(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: &[TensorId],
+        output_names: &[&str],
+        store: Option<DType>,
+    ) -> GraphResult<Vec<TensorId>> {
         if name.is_empty() {
             return Err(GraphError::InvalidName { what: "node", name: name.to_string() });
         }
@@ -300,7 +317,7 @@ impl ComputeGraph {
         let specs = {
             let ins: Vec<(DType, &Shape)> =
                 inputs.iter().map(|&t| (self.tensors[t].dtype, &self.tensors[t].shape)).collect();
-            infer(&op, &ins).map_err(|e| infer_error(name, &op, ins.len(), e))?
+            infer_stored(&op, store, &ins).map_err(|e| infer_error(name, &op, ins.len(), e))?
         };
         if specs.len() != output_names.len() {
             return Err(GraphError::OutputCount {
@@ -317,7 +334,7 @@ impl ComputeGraph {
             self.check_new_tensor_name(o)?;
         }
         let node_id =
-            self.nodes.insert(Node { name: name.to_string(), op, inputs: inputs.to_vec(), outputs: Vec::new() });
+            self.nodes.insert(Node { name: name.to_string(), op, inputs: inputs.to_vec(), outputs: Vec::new(), store });
         let mut outs = Vec::with_capacity(specs.len());
         for (spec, oname) in specs.into_iter().zip(output_names) {
             // Names were checked above (unique among the outputs and new to the graph).

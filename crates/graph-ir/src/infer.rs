@@ -57,6 +57,31 @@ pub fn infer(op: &Op, inputs: &[(DType, &Shape)]) -> Result<Vec<TensorSpec>, Inf
     Ok(out)
 }
 
+/// [`infer`] for a node with a store dtype ([`crate::Node::store`]): with `Some(d)` the float operands count as
+/// f32 whatever they are stored in (the node computes in f32) and the float outputs are stored in `d`; with
+/// `None`, plain [`infer`]. Only ops that [`Op::stores_mixed`] and float `d` are accepted.
+pub fn infer_stored(op: &Op, store: Option<DType>, inputs: &[(DType, &Shape)]) -> Result<Vec<TensorSpec>, InferError> {
+    let Some(d) = store else { return infer(op, inputs) };
+    if !d.is_float() {
+        return dtype_err(format!("a node can store only a floating-point dtype, got store {d}"));
+    }
+    if !op.stores_mixed() {
+        return dtype_err(format!(
+            "{} cannot store another dtype than its operands' (only elementwise ops and reductions can)",
+            op.name()
+        ));
+    }
+    let as_f32: Vec<(DType, &Shape)> =
+        inputs.iter().map(|&(t, s)| (if t.is_float() { DType::F32 } else { t }, s)).collect();
+    let mut out = infer(op, &as_f32)?;
+    for o in &mut out {
+        if o.dtype.is_float() {
+            o.dtype = d;
+        }
+    }
+    Ok(out)
+}
+
 /// Slopes and scales must be finite: a NaN would silently turn outputs into NaN, and the JSON format writes
 /// non-finite floats as null, so such a graph could not be saved. (Pad's fill value may be infinite: padding
 /// with -inf before a max is a real use.)

@@ -119,6 +119,9 @@ pub struct NodeDecl {
     /// Output tensor names; when absent, outputs are named after the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<Vec<String>>,
+    /// The store dtype of a mixed-precision node ([`crate::Node::store`]); absent for ordinary nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<DType>,
 }
 
 /// A whole graph document.
@@ -316,15 +319,9 @@ impl GraphDoc {
                     .ok_or_else(|| GraphError::UnknownTensor { node: n.name.clone(), tensor: name.clone() })?;
                 ins.push(id);
             }
-            match &n.outputs {
-                Some(outs) => {
-                    let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
-                    g.add_node_named(&n.name, n.op.clone(), &ins, &refs)?;
-                }
-                None => {
-                    g.add_node(&n.name, n.op.clone(), &ins)?;
-                }
-            }
+            let outs = output_names(n);
+            let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
+            g.add_node_stored(&n.name, n.op.clone(), &ins, &refs, n.store)?;
         }
         for name in &self.outputs {
             let id = g.tensor_id(name).ok_or_else(|| GraphError::OutputNotProduced { tensor: name.clone() })?;
@@ -555,6 +552,7 @@ impl ComputeGraph {
                     op: n.op.clone(),
                     inputs: n.inputs.iter().map(|&t| self.tensor(t).name.clone()).collect(),
                     outputs: Some(n.outputs.iter().map(|&t| self.tensor(t).name.clone()).collect()),
+                    store: n.store,
                 })
                 .collect(),
             outputs: self.outputs().iter().map(|&t| self.tensor(t).name.clone()).collect(),

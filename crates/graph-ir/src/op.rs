@@ -601,6 +601,14 @@ impl Op {
         self.category() == OpCategory::View
     }
 
+    /// Whether a node of this op may store another float dtype than its operands and read operands of differing
+    /// float dtypes ([`crate::Node::store`]): elementwise ops (Cast aside: its dtype is its attribute) and
+    /// reductions, which every backend computes in f32 anyway. Anchors (cuBLAS takes one operand type), data
+    /// movement and views (they move elements or bytes as they are) cannot.
+    pub fn stores_mixed(&self) -> bool {
+        matches!(self.category(), OpCategory::Elementwise | OpCategory::Reduction) && !matches!(self, Op::Cast { .. })
+    }
+
     /// True for unary elementwise ops (one input).
     pub fn is_unary(&self) -> bool {
         self.category() == OpCategory::Elementwise && self.arity() == Arity::Exact(1)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::{ComputeGraph, Node, NodeId, Tensor, TensorId, TensorRole};
 use crate::error::{GraphError, GraphResult};
-use crate::infer::infer;
+use crate::infer::infer_stored;
 use crate::op::Op;
 use crate::{DType, Shape};
 
@@ -133,6 +133,16 @@ impl GraphEdit {
     /// Place original node `n` next, reading `inputs` and computing `op` (its own op when `None`); its outputs keep
     /// their ids, names and shapes and take the dtypes inference gives for the new inputs.
     pub fn place(&mut self, n: NodeId, op: Option<Op>, inputs: &[TensorId]) -> GraphResult<()> {
+        self.place_with(n, op, inputs, None)
+    }
+
+    /// Place original node `n` next as a mixed-precision node ([`Node::store`]): it reads `inputs` whatever
+    /// their float dtypes and stores its float outputs in `store`. Its op must [`Op::stores_mixed`].
+    pub fn place_stored(&mut self, n: NodeId, inputs: &[TensorId], store: DType) -> GraphResult<()> {
+        self.place_with(n, None, inputs, Some(store))
+    }
+
+    fn place_with(&mut self, n: NodeId, op: Option<Op>, inputs: &[TensorId], store: Option<DType>) -> GraphResult<()> {
         if self.pending.remove(n).is_none() {
             let what = match self.g.nodes.get(n) {
                 Some(node) => format!("node '{}' is placed twice, or was added by this edit", node.name),
@@ -146,6 +156,7 @@ impl GraphEdit {
         let node = &self.g.nodes[n];
         let dtype_was = |t: TensorId| self.was.get(t).copied().unwrap_or(self.g.tensors[t].dtype);
         let same = op.is_none()
+            && store.is_none()
             && node.inputs.len() == inputs.len()
             && node.inputs.iter().zip(inputs).all(|(&old, &new)| {
                 let (a, b) = (&self.g.tensors[old], &self.g.tensors[new]);
@@ -154,13 +165,16 @@ impl GraphEdit {
         if same {
             return self.rewire(n, inputs);
         }
-        if op.is_none() {
+        if op.is_none() && store.is_none() && node.store.is_none() {
             if let Some((from, to)) = float_renaming(node, inputs, &self.g.tensors, dtype_was) {
                 return self.rename_outputs(n, inputs, from, to);
             }
         }
         if let Some(op) = op {
             self.g.nodes[n].op = op;
+        }
+        if store.is_some() {
+            self.g.nodes[n].store = store;
         }
         // Infer from the new inputs; every output keeps its shape and takes the inferred dtype.
         let node = &self.g.nodes[n];
@@ -180,7 +194,8 @@ impl GraphEdit {
                 heap = inputs.iter().map(|&t| operand(t)).collect();
                 &heap
             };
-            infer(&node.op, ins).map_err(|e| super::infer_error(&node.name, &node.op, ins.len(), e))?
+            infer_stored(&node.op, node.store, ins)
+                .map_err(|e| super::infer_error(&node.name, &node.op, ins.len(), e))?
         };
         if specs.len() != node.outputs.len() {
             let (name, op, got) = (node.name.clone(), node.op.name(), node.outputs.len());
