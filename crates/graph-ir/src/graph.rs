@@ -100,8 +100,8 @@ pub struct Node {
     pub inputs: Vec<TensorId>,
     /// Outputs, in the op's order.
     pub outputs: Vec<TensorId>,
-    /// The store dtype of a mixed-precision node (set by the precision transform; `None` for every node a
-    /// model file declares): the node reads each float operand in whatever float dtype it is stored (widened
+    /// The store dtype of a mixed-precision node (`None` for an ordinary node; ONNX imports never set it, a
+    /// cuplan JSON graph may, with its `store` field): the node reads each float operand in whatever float dtype it is stored (widened
     /// exactly to f32), computes in f32 and stores its float outputs in this dtype. It stands for the casts that
     /// would otherwise sit around it; only ops that [`Op::stores_mixed`] have one.
     pub store: Option<DType>,
