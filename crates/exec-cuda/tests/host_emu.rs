@@ -46,7 +46,6 @@ fn run_caps(
     if let Some(k) = kernels {
         assert_eq!(plan.kernels().len(), k, "{test}: launches");
     }
-    let plan = ExecutionPlan::build_with(g, &opts).unwrap();
     graph_plan::verify(&plan).unwrap();
     let mut regions = HostRegions::new(&plan);
     for b in plan.bindings() {

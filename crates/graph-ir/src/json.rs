@@ -319,7 +319,14 @@ impl GraphDoc {
                     .ok_or_else(|| GraphError::UnknownTensor { node: n.name.clone(), tensor: name.clone() })?;
                 ins.push(id);
             }
-            let outs = output_names(n);
+            let named;
+            let outs: &[String] = match &n.outputs {
+                Some(o) => o,
+                None => {
+                    named = output_names(n);
+                    &named
+                }
+            };
             let refs: Vec<&str> = outs.iter().map(String::as_str).collect();
             g.add_node_stored(&n.name, n.op.clone(), &ins, &refs, n.store)?;
         }
