@@ -221,7 +221,9 @@ pub(super) fn find(d: &Dense<'_>, s: u32) -> Found {
     Found::Chain(chain)
 }
 
-/// The dtype rule (module docs): `None` when the chain is all f32 without casts, or a half chain with both casts.
+/// The dtype rule (module docs): `None` when the chain is all f32 without casts, or a half chain whose scores
+/// are widened (by a cast, or by the mixed-precision links that read them) and whose probabilities are stored in
+/// the half type (by the Softmax, or by a cast after it).
 fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
     let dtype = |t: u32| d.graph.tensor(d.tids[t as usize]).dtype;
     let cast_to = |n: u32| match d.op(n) {
@@ -229,10 +231,10 @@ fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
         _ => DType::F32,
     };
     let scores = d.outputs(c.m1)[0];
-    // The chain's type: what the first MatMul computes in. A half chain needs both casts, an f32 chain none.
+    // The chain's type: what the first MatMul computes in.
     let outer = dtype(scores);
     let half = matches!(outer, DType::F16 | DType::BF16);
-    if !half && outer != DType::F32 || half && c.cast_scores == NONE {
+    if !half && outer != DType::F32 {
         return Some(Why::AttnDtype { t: scores, want: DType::F32 });
     }
     if c.cast_scores != NONE && (!half || cast_to(c.cast_scores) != DType::F32) {
@@ -241,33 +243,52 @@ fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
     if c.cast_probs != NONE && (!half || cast_to(c.cast_probs) != outer) {
         return Some(Why::AttnCast { node: c.cast_probs, want: outer });
     }
+    // The probabilities: f32 in an f32 chain; in a half chain the half type, stored so by the Softmax or by the
+    // cast after it.
     let p_t = d.outputs(c.softmax)[0];
-    if half && c.cast_probs == NONE {
-        return Some(Why::AttnDtype { t: p_t, want: outer });
+    let p_want = if half && c.cast_probs == NONE { outer } else { DType::F32 };
+    if dtype(p_t) != p_want {
+        return Some(Why::AttnDtype { t: p_t, want: p_want });
     }
-    // Outside the casts: Q, K, V, the probabilities MatMul reads and the output in the chain's type.
+    // A half chain with no link between the scores and the Softmax: the Softmax must be a mixed-precision
+    // node (one the policy computes in f32), not a half one.
+    let no_links = [c.cast_scores, c.scale, c.select, c.mask].iter().all(|&n| n == NONE);
+    if half && no_links && d.graph.node(d.ids[c.softmax as usize]).store.is_none() {
+        return Some(Why::AttnDtype { t: scores, want: DType::F32 });
+    }
+    // Outside the links: Q, K, V, the probabilities MatMul reads and the output in the chain's type.
     let (m2_in, o) = (d.inputs(c.m2), d.outputs(c.m2)[0]);
     let outside = [d.inputs(c.m1)[0], d.inputs(c.m1)[1], m2_in[0], m2_in[1], o];
     if let Some(&u) = outside.iter().find(|&&u| dtype(u) != outer) {
         return Some(Why::AttnDtype { t: u, want: outer });
     }
-    // Between the casts: f32, the scale, select and mask operands included (the select's condition is bool).
-    let mut inside: Vec<u32> = vec![p_t];
-    if c.cast_scores != NONE {
-        inside.push(d.outputs(c.cast_scores)[0]);
-    }
+    // Between the scores and the Softmax: every link stores f32 (the scores are never rounded to half inside);
+    // the scale, fill and mask operands are floats (read widened), the select's condition is bool.
     if c.select != NONE {
         let cond = d.inputs(c.select)[0];
         if dtype(cond) != DType::Bool {
             return Some(Why::AttnDtype { t: cond, want: DType::Bool });
         }
     }
-    for n in [c.scale, c.select, c.mask].into_iter().filter(|&n| n != NONE) {
+    let links = [c.cast_scores, c.scale, c.select, c.mask];
+    for n in links.into_iter().filter(|&n| n != NONE) {
+        let out = d.outputs(n)[0];
+        if dtype(out) != DType::F32 {
+            return Some(Why::AttnDtype { t: out, want: DType::F32 });
+        }
         let skip = usize::from(n == c.select);
-        inside.extend(d.inputs(n).iter().skip(skip).copied());
-        inside.push(d.outputs(n)[0]);
+        let want = if half { None } else { Some(DType::F32) };
+        for &u in d.inputs(n).iter().skip(skip) {
+            let ok = match want {
+                Some(w) => dtype(u) == w,
+                None => dtype(u).is_float(),
+            };
+            if !ok {
+                return Some(Why::AttnDtype { t: u, want: want.unwrap_or(DType::F32) });
+            }
+        }
     }
-    inside.into_iter().find(|&u| dtype(u) != DType::F32).map(|u| Why::AttnDtype { t: u, want: DType::F32 })
+    None
 }
 
 /// Whether a member outside the chain may ride along in the fused kernel: elementwise side producers (a mask

@@ -460,7 +460,7 @@ pub fn transform_owned(
     // Creation order is a topological order (a node can only read tensors that exist): the given order.
     let order: Vec<NodeId> = graph.node_ids().collect();
     let convert_io = policy.io_half && half != DType::F32;
-    let Decided { mut decision, sources, facts } = decide(&graph, &c, policy, &order);
+    let Decided { mut decision, sources, facts, stores } = decide(&graph, &c, policy, &order);
 
     // 2. Sources.
     let mut report = PrecisionReport { precision: policy.precision, ..Default::default() };
@@ -482,11 +482,14 @@ pub fn transform_owned(
     let mut ins: Vec<TensorId> = Vec::new();
     for &n in &order {
         let (want, rule) = decision.remove(n).unwrap_or((Want::Declared, PrecisionRule::AsDeclared));
+        let store = stores.get(n).copied();
         ins.clear();
         for i in 0..e.node(n).inputs.len() {
             let t = e.node(n).inputs[i];
             let have = e.tensor(t).dtype;
             let target = match want {
+                // A mixed-precision node reads its float operands as they are stored.
+                _ if store.is_some() && have.is_float() => None,
                 Want::Any => None,
                 Want::Declared => Some(facts[t].dtype),
                 Want::Is(d) => (facts[t].dtype == DType::F32).then_some(d),
@@ -537,7 +540,13 @@ pub fn transform_owned(
                 continue;
             }
         }
-        e.place(n, op, &ins)?;
+        match store {
+            // A float operand in another dtype than the store: a mixed node; else an ordinary one.
+            Some(d) if ins.iter().any(|&t| e.tensor(t).dtype.is_float() && e.tensor(t).dtype != d) => {
+                e.place_stored(n, &ins, d)?
+            }
+            _ => e.place(n, op, &ins)?,
+        }
         report.rules.push(rule);
         // A graph output keeps its declared dtype: the node writes a renamed tensor and a cast writes the output.
         for i in 0..e.node(n).outputs.len() {
@@ -567,6 +576,8 @@ struct Decided {
     sources: Vec<TensorId>,
     /// What the rewrite needs to know of each tensor of the input graph.
     facts: SecondaryMap<TensorId, Fact>,
+    /// The store dtype of each node placed as a mixed-precision node ([`graph_ir::Node::store`]).
+    stores: SecondaryMap<NodeId, DType>,
 }
 
 /// The decision per node (rules 1-4, with rule 4 and the sources' dtypes iterated to their fixpoint). Kept out
@@ -670,7 +681,89 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
                 facts[o].kernel_producer = kernel;
             }
         }
-        Decided { decision, sources, facts }
+        let stores = if half == DType::F32 {
+            SecondaryMap::new()
+        } else {
+            store_dtypes(graph, order, &decision, &facts, convert_io, half)
+        };
+        Decided { decision, sources, facts, stores }
+    }
+}
+
+/// The store dtype of every node that can read and store mixed dtypes ([`Op::stores_mixed`]) and computes in
+/// f32 or half by the decisions: the one dtype its readers need (anchors and as-declared nodes need their own
+/// dtype, a graph output its final dtype), else the one dtype its mixed readers compute in, else its own. Its
+/// operands are read as stored, so no cast goes in front of it, and none after it where its readers agree.
+fn store_dtypes(
+    graph: &ComputeGraph,
+    order: &[NodeId],
+    decision: &SecondaryMap<NodeId, (Want, PrecisionRule)>,
+    facts: &SecondaryMap<TensorId, Fact>,
+    convert_io: bool,
+    half: DType,
+) -> SecondaryMap<NodeId, DType> {
+    let mut stores = SecondaryMap::with_capacity(order.len());
+    let mut readers: Vec<NodeId> = Vec::new();
+    for &n in order {
+        let node = graph.node(n);
+        let Want::Is(own) = decision[n].0 else { continue };
+        if !node.op.stores_mixed() || !node.inputs.iter().any(|&t| graph.tensor(t).dtype.is_float()) {
+            continue;
+        }
+        // `need`: the one dtype required so far (`Err` once two differ); `pref`: the same for mixed readers.
+        let mut need: Option<Result<DType, ()>> = None;
+        let mut pref: Option<Result<DType, ()>> = None;
+        let add = |slot: &mut Option<Result<DType, ()>>, d: DType| {
+            *slot = match *slot {
+                None => Some(Ok(d)),
+                Some(Ok(x)) if x == d => Some(Ok(x)),
+                _ => Some(Err(())),
+            };
+        };
+        for &o in &node.outputs {
+            if !graph.tensor(o).dtype.is_float() {
+                continue;
+            }
+            readers.clear();
+            outputs_through_views(graph, o, &mut readers, &mut |t| {
+                let declared = facts[t].dtype;
+                add(&mut need, if convert_io && declared == DType::F32 { half } else { declared });
+            });
+            for &r in &readers {
+                let rn = graph.node(r);
+                match decision.get(r).map(|d| d.0) {
+                    Some(Want::Is(d)) if rn.op.stores_mixed() => add(&mut pref, d),
+                    Some(Want::Is(d)) => add(&mut need, d),
+                    _ => add(&mut need, DType::F32),
+                }
+            }
+        }
+        let d = match (need, pref) {
+            (Some(Ok(d)), _) => d,
+            (None, Some(Ok(d))) => d,
+            _ => own,
+        };
+        stores.insert(n, d);
+    }
+    stores
+}
+
+/// The non-view readers of `t` and of the views of it, appended to `out`; `output` is called for `t` and each
+/// such view that is a graph output.
+fn outputs_through_views(graph: &ComputeGraph, t: TensorId, out: &mut Vec<NodeId>, output: &mut dyn FnMut(TensorId)) {
+    let mut stack = vec![t];
+    while let Some(t) = stack.pop() {
+        if graph.tensor(t).role == TensorRole::Output {
+            output(t);
+        }
+        for &c in graph.consumers(t) {
+            let node = graph.node(c);
+            if node.op.is_view() {
+                stack.extend(node.outputs.iter().copied());
+            } else {
+                out.push(c);
+            }
+        }
     }
 }
 
