@@ -713,6 +713,9 @@ fn store_dtypes(
         // `need`: the one dtype required so far (`Err` once two differ); `pref`: the same for mixed readers.
         let mut need: Option<Result<DType, ()>> = None;
         let mut pref: Option<Result<DType, ()>> = None;
+        // What graph outputs need: second to kernel readers (an output cast fuses as an epilogue; a cast in
+        // front of a data-movement reader may not).
+        let mut out_need: Option<Result<DType, ()>> = None;
         let add = |slot: &mut Option<Result<DType, ()>>, d: DType| {
             *slot = match *slot {
                 None => Some(Ok(d)),
@@ -727,7 +730,7 @@ fn store_dtypes(
             readers.clear();
             outputs_through_views(graph, o, &mut readers, &mut |t| {
                 let declared = facts[t].dtype;
-                add(&mut need, if convert_io && declared == DType::F32 { half } else { declared });
+                add(&mut out_need, if convert_io && declared == DType::F32 { half } else { declared });
             });
             for &r in &readers {
                 let rn = graph.node(r);
@@ -738,9 +741,10 @@ fn store_dtypes(
                 }
             }
         }
-        let d = match (need, pref) {
-            (Some(Ok(d)), _) => d,
-            (None, Some(Ok(d))) => d,
+        let d = match (need, out_need, pref) {
+            (Some(Ok(d)), _, _) => d,
+            (None, Some(Ok(d)), _) => d,
+            (None, None, Some(Ok(d))) => d,
             _ => own,
         };
         stores.insert(n, d);
