@@ -250,12 +250,6 @@ fn dtypes(d: &Dense<'_>, c: &Chain) -> Option<Why> {
     if dtype(p_t) != p_want {
         return Some(Why::AttnDtype { t: p_t, want: p_want });
     }
-    // A half chain with no link between the scores and the Softmax: the Softmax must be a mixed-precision
-    // node (one the policy computes in f32), not a half one.
-    let no_links = [c.cast_scores, c.scale, c.select, c.mask].iter().all(|&n| n == NONE);
-    if half && no_links && d.graph.node(d.ids[c.softmax as usize]).store.is_none() {
-        return Some(Why::AttnDtype { t: scores, want: DType::F32 });
-    }
     // Outside the links: Q, K, V, the probabilities MatMul reads and the output in the chain's type.
     let (m2_in, o) = (d.inputs(c.m2), d.outputs(c.m2)[0]);
     let outside = [d.inputs(c.m1)[0], d.inputs(c.m1)[1], m2_in[0], m2_in[1], o];
