@@ -10,8 +10,11 @@
 //! Outputs agree within `ATTENTION_TOLERANCE` relative to the output's magnitude (well inside
 //! `CheckOptions::tolerance`, 1e-5); they are not bitwise equal.
 //!
-//! **Half chains** (`MatMul(H) -> Cast(f32) -> [scale] -> [mask] -> Softmax -> Cast(H) -> MatMul(H)`, `H` f16 or
-//! bf16, as the precision transform writes attention under its default policy). The numeric rule of the kernel:
+//! **Half chains** (`MatMul(H) -> [scale] -> [mask] -> Softmax -> MatMul(H)`, `H` f16 or bf16, whose links
+//! store f32 and whose probabilities reach the second MatMul in `H`: the precision transform writes attention
+//! under its default policy as mixed-precision links — the scale reads the half scores and stores f32, the
+//! Softmax stores `H` — and casts `Cast(f32)` after the first MatMul and `Cast(H)` after the Softmax are accepted
+//! as links too; graph_passes::fusion's attention module states the dtype rule). The numeric rule of the kernel:
 //! Q, K and V are read as stored (half values, exact in f32); every score is the f32 dot product above, scaled
 //! and masked in f32, and is *not* rounded to `H` (the policy keeps the softmax input in f32, and the fused
 //! kernel has no reason to round a value it never stores); the softmax statistics and `P.V` are f64 as above,

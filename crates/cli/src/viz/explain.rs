@@ -171,7 +171,10 @@ impl PrecisionSection {
                 [
                     n.node.clone(),
                     n.op.to_string(),
-                    n.dtype.map_or("-".to_string(), |d| d.to_string()),
+                    match (n.dtype, n.store) {
+                        (Some(d), Some(s)) => format!("{d} (stores {s})"),
+                        (d, _) => d.map_or("-".to_string(), |d| d.to_string()),
+                    },
                     n.rule.to_string(),
                 ]
             })

@@ -26,12 +26,11 @@ extern "C" __global__ void cuplan_kernel(const float* __restrict__ b0, const flo
             acc3 += v7 * v8;
         }
         const float v9 = acc3;
-        const float v10 = bf2f(f2bf((float)(v9)));
-        const long long t11 = (i % 4LL);
-        const float v12 = bf2f(b2[t11]);
-        const float v13 = bf2f(f2bf((v10 + v12)));
-        const float v14 = bf2f(f2bf(fmaxf(v13, 0.0f)));
-        b3[i] = f2bf(v14);
+        const long long t10 = (i % 4LL);
+        const float v11 = bf2f(b2[t10]);
+        const float v12 = bf2f(f2bf((v9 + v11)));
+        const float v13 = bf2f(f2bf(fmaxf(v12, 0.0f)));
+        b3[i] = f2bf(v13);
     }
 }
 // ==== k1 launch=Elements { threads: 8, block: 256 } blas=Some(Matmul { m: 2, n: 4, k: 4, trans_a: false, trans_b: false, batch: 1, stride_a: 8, stride_b: 16, stride_c: 8, alpha: 1.0, beta: 0.0, types: GemmTypes { ab: BF16, c: BF16 } })
@@ -80,8 +79,7 @@ extern "C" __global__ void cuplan_kernel(const unsigned short* __restrict__ b0, 
         const float v2 = bf2f(f2bf(v1));
         const long long t3 = (i % 4LL);
         const float v4 = bf2f(b2[t3]);
-        const float v5 = bf2f(f2bf((v2 + v4)));
-        const float v6 = (float)(v5);
-        b3[i] = v6;
+        const float v5 = (v2 + v4);
+        b3[i] = v5;
     }
 }

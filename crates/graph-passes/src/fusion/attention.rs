@@ -5,11 +5,15 @@
 //! scores, finfo.min)`): a boolean condition and a fill value per score, the scores its second or third operand.
 //!
 //! **Dtypes.** Either the whole chain is f32 with no cast, or it is a *half chain*: Q, K, V, the scores and the
-//! output in one half type `H` (f16 or bf16), a `Cast` to f32 right after the first MatMul, the scale, mask and
-//! Softmax in f32, and a `Cast` back to `H` right after the Softmax. That is what the precision transform makes of
-//! an attention block under its default policy (`softmax-input` and `Softmax` kept in f32); the casts become links
-//! of the chain and members of the fused kernel, which reads `H`, computes the scores, scale, mask and softmax in
-//! f32 and rounds the output to `H` once (exec-sim's `attention` module states the numerics).
+//! output in one half type `H` (f16 or bf16); every link between the scores and the Softmax (an optional `Cast`
+//! to f32 right after the first MatMul, the scale, select and mask) stores f32, reading its float operands in
+//! any float type (mixed-precision nodes, `graph_ir::Node::store`); the probabilities reach the second MatMul in
+//! `H`, stored so by the Softmax itself or by a `Cast` back to `H` right after it. The precision transform writes
+//! an attention block under its default policy (`softmax-input` and `Softmax` kept in f32) as mixed links — the
+//! scale reads the half scores and stores f32, the Softmax stores `H` — and older graphs write the casts; either
+//! way the links become members of the fused kernel, which reads `H`, computes the scores, scale, mask and
+//! softmax in f32 without rounding them and rounds the output to `H` once (exec-sim's `attention` module states
+//! the numerics). A link that stores `H` is refused: the unfused chain would round the scores inside it.
 //!
 //! A chain is recognised from its Softmax, walking back to the first MatMul and forward to the second, every link
 //! a direct edge (no view in between). It is an attention candidate once the scores come from a MatMul; from
@@ -18,7 +22,7 @@
 //! intermediate (scores, cast scores, scaled or masked scores, probabilities, cast probabilities) is read
 //! elsewhere or is a graph output, the mask or scale broadcasts the scores to a larger shape, the probabilities
 //! are not the left operand of the second MatMul, V broadcasts the batch of the scores, a value has another
-//! dtype than the chain needs (f32 between the casts, the chain's type outside them), or a cast converts to
+//! dtype than the chain needs (f32 out of every link, the chain's type outside them), or a cast converts to
 //! another type than the chain needs (f32 after the first MatMul, the scores' half type after the Softmax).
 
 use graph_ir::{DType, Op, OpCategory};

@@ -32,8 +32,21 @@
 //! constants' bytes are converted here, weights' at prepare (`graph_plan::exec::weight_bytes`).
 //! Graph inputs and outputs keep their declared dtype unless [`PrecisionPolicy::io_half`].
 //!
-//! # Where casts go (so that none is a launch of its own)
-//! A tensor read in another dtype than it is stored in gets a `Cast` node:
+//! # Mixed-precision nodes: the dtype boundaries without casts
+//! A convertible node whose op [`Op::stores_mixed`] (elementwise ops other than Cast, reductions) is placed as a
+//! *mixed-precision node* ([`graph_ir::Node::store`]) when it sits on a dtype boundary: it reads each float
+//! operand as it is stored (widened exactly to f32), computes in f32 and stores its float outputs in its *store
+//! dtype*, which is, in this order: the one dtype its kernel readers need (an anchor or an as-declared reader
+//! reads its own dtype); else the one dtype the graph outputs it reaches (through views) are declared in; else
+//! the one dtype its mixed readers compute in; else its own. Numerically it is exactly the casts around the node
+//! (the numeric rule above), but there is no cast node: the graph has as many nodes as the input, and the
+//! fusion pass sees the same kernels as in f32. So a LayerNormalization kept in f32 between half MatMuls reads
+//! the f32 sum before it and stores half for the MatMul after it; an attention block's scale reads the half
+//! scores and stores f32, and its Softmax stores the half probabilities.
+//!
+//! # Where casts remain (so that none is a launch of its own)
+//! Where no mixed node sits on the boundary — an anchor, a data-movement op or a view on one side, readers that
+//! disagree — a tensor read in another dtype than it is stored in gets a `Cast` node:
 //! - narrowing (f32 -> half) a value some kernel produces: one cast right after the producer, shared by every
 //!   half reader; the fusion pass takes it into the producer's kernel as an epilogue;
 //! - narrowing a graph input or weight (no producer kernel): one cast per reader, which joins the reader's loop
@@ -42,7 +55,8 @@
 //! - widening into any other op: one cast per reader, fused into the reader's kernel (elementwise producers
 //!   join loop and row kernels).
 //!
-//! A graph output whose producer computes in half gets a final cast to its declared dtype, fused as an epilogue.
+//! A graph output whose producer computes in half (and is not a mixed node storing the output's dtype) gets a
+//! final cast to its declared dtype, fused as an epilogue.
 //!
 //! # Complexity
 //! O(N + E) over nodes and edges (the softmax-input walk visits each node at most once), plus one regex match
@@ -337,8 +351,13 @@ pub struct NodePrecision {
     pub node: String,
     /// Its op type (an `Op::NAMES` entry, borrowed: the report names every node of the graph).
     pub op: Cow<'static, str>,
-    /// The dtype of its first floating-point output (`None`: no float output).
+    /// The dtype it computes in: f32 for a mixed-precision node ([`graph_ir::Node::store`]), else the dtype of
+    /// its first floating-point output (`None`: no float output).
     pub dtype: Option<DType>,
+    /// A mixed-precision node's store dtype: it reads its float operands as they are stored, computes in f32
+    /// and stores its float outputs in this dtype (TensorRT's layer precision and output type, told apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<DType>,
     /// The rule that chose it.
     pub rule: PrecisionRule,
 }
@@ -377,18 +396,27 @@ fn entry(g: &ComputeGraph, n: &graph_ir::Node, rule: &PrecisionRule) -> NodePrec
     NodePrecision {
         node: n.name.clone(),
         op: Cow::Borrowed(n.op.name()),
-        dtype: n.outputs.iter().map(|&o| g.tensor(o).dtype).find(|d| d.is_float()),
+        dtype: compute_dtype(g, n),
+        store: n.store,
         rule: rule.clone(),
     }
 }
 
-/// Nodes of `graph` per dtype of their first floating-point output (`none` for nodes without one), sorted by
-/// name: the report's `nodes_per_precision`.
+/// The dtype node `n` computes in: f32 for a mixed-precision node, else that of its first float output.
+fn compute_dtype(g: &ComputeGraph, n: &graph_ir::Node) -> Option<DType> {
+    if n.store.is_some() {
+        return Some(DType::F32);
+    }
+    n.outputs.iter().map(|&o| g.tensor(o).dtype).find(|d| d.is_float())
+}
+
+/// Nodes of `graph` per dtype they compute in (a mixed-precision node: f32; else the dtype of its first
+/// floating-point output; `none` for nodes without one), sorted by name: the report's `nodes_per_precision`.
 pub fn node_counts(graph: &ComputeGraph) -> Vec<(String, usize)> {
     // Counted per dtype (the last slot: no float output), named once at the end.
     let mut counts = [0usize; DType::ALL.len() + 1];
     for (_, n) in graph.nodes() {
-        let d = n.outputs.iter().map(|&t| graph.tensor(t).dtype).find(|d| d.is_float());
+        let d = compute_dtype(graph, n);
         let slot = d.and_then(|d| DType::ALL.iter().position(|&x| x == d)).unwrap_or(DType::ALL.len());
         counts[slot] += 1;
     }
