@@ -21,19 +21,24 @@ fn n1(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorId {
 /// `x [1,4,8,8]` -> `branches` independent 1x1 conv+relu branches of 8 channels (each its own chain, so a
 /// multi-stream plan runs them concurrently) -> Concat(axis 1) -> 1x1 conv -> output.
 fn inception(branches: usize) -> ComputeGraph {
+    inception_hw(branches, 8, F)
+}
+
+/// [`inception`] over an `hw x hw` image of `dtype`.
+fn inception_hw(branches: usize, hw: usize, dtype: DType) -> ComputeGraph {
     let mut g = ComputeGraph::new("inception");
-    let x = g.add_input("x", F, [1, 4, 8, 8]).unwrap();
+    let x = g.add_input("x", dtype, [1, 4, hw, hw]).unwrap();
     let mut outs = Vec::new();
     for b in 0..branches {
-        let w1 = g.add_weight(&format!("b{b}.w1"), F, [8, 4, 1, 1]).unwrap();
+        let w1 = g.add_weight(&format!("b{b}.w1"), dtype, [8, 4, 1, 1]).unwrap();
         let c1 = n1(&mut g, &format!("b{b}.conv1"), Op::Conv(ConvAttrs::default()), &[x, w1]);
         let r1 = n1(&mut g, &format!("b{b}.relu1"), Op::Relu, &[c1]);
-        let w2 = g.add_weight(&format!("b{b}.w2"), F, [8, 8, 1, 1]).unwrap();
+        let w2 = g.add_weight(&format!("b{b}.w2"), dtype, [8, 8, 1, 1]).unwrap();
         let c2 = n1(&mut g, &format!("b{b}.conv2"), Op::Conv(ConvAttrs::default()), &[r1, w2]);
         outs.push(n1(&mut g, &format!("b{b}.relu2"), Op::Relu, &[c2]));
     }
     let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
-    let w = g.add_weight("head.w", F, [4, 8 * branches, 1, 1]).unwrap();
+    let w = g.add_weight("head.w", dtype, [4, 8 * branches, 1, 1]).unwrap();
     let y = n1(&mut g, "head", Op::Conv(ConvAttrs::default()), &[cat, w]);
     g.mark_output(y).unwrap();
     g
@@ -118,6 +123,55 @@ fn producers_on_different_streams_write_disjoint_slices_without_a_race() {
     let reference = ExecutionPlan::build_with(&g, &PlanOptions::reference()).unwrap();
     assert!(reference.nodes().iter().all(|n| !n.eliminated));
     assert_eq!(reference.kernel_count_fused, 14);
+}
+
+#[test]
+fn slots_inside_the_allocation_alignment_are_listed_verified_and_exact() {
+    // 8 channels of 2 x 2 f16: 64-byte slots, so the second and third start at 64 and 128 bytes into the
+    // output, off the plan's 256-byte alignment but at the 16-byte slot alignment (a half plan halves the f32
+    // plan's offsets; this is the case that made googlenet's half plan lose three eliminations).
+    let g = inception_hw(3, 2, DType::F16);
+    let opts = PlanOptions::with_streams(2);
+    let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
+    verify(&plan).unwrap();
+    assert!(plan.nodes().iter().any(|n| n.name == "cat" && n.eliminated), "the Concat is eliminated");
+    assert_eq!((plan.alignment(), plan.slot_alignment()), (256, 16));
+    let base = writers_of(&plan, "cat")
+        .iter()
+        .map(|&(i, _)| match &plan.steps[i] {
+            PlanStep::Launch { writes, .. } => writes[0].offset,
+            _ => unreachable!(),
+        })
+        .min()
+        .unwrap();
+    assert_eq!(base % 256, 0, "the output is an allocation at the plan's alignment");
+    let slots: Vec<(u64, u64)> = plan.slots().iter().map(|b| (b.offset, b.bytes)).collect();
+    assert_eq!(slots, vec![(base + 64, 64), (base + 128, 64)]);
+    exact(&g, &opts, 0..4);
+
+    // verify holds the slots to what the plan says: a slot off the slot alignment, and a slot range the plan
+    // does not list, are both caught.
+    let mut v: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
+    v["slots"][0]["offset"] = serde_json::json!(base + 72);
+    let bad = ExecutionPlan::from_json(&v.to_string()).unwrap();
+    let errs = verify(&bad).unwrap_err();
+    assert!(
+        errs.iter()
+            .any(|e| matches!(e, Violation::Misaligned { alignment: 16, range, .. } if range.offset == base + 72)),
+        "{errs:?}"
+    );
+    let mut v: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
+    v.as_object_mut().unwrap().remove("slots");
+    let unlisted = ExecutionPlan::from_json(&v.to_string()).unwrap();
+    let errs = verify(&unlisted).unwrap_err();
+    let misaligned: Vec<u64> = errs
+        .iter()
+        .filter_map(|e| match e {
+            Violation::Misaligned { alignment: 256, range, .. } => Some(range.offset),
+            _ => None,
+        })
+        .collect();
+    assert!(misaligned.contains(&(base + 64)) && misaligned.contains(&(base + 128)), "{errs:?}");
 }
 
 #[test]

@@ -81,8 +81,8 @@ pub struct Target {
     /// How much search the passes may spend.
     #[serde(default)]
     pub effort: Effort,
-    /// Offset alignment of the plan's buffers (a power of two): concat elimination places slices only at
-    /// multiples of it.
+    /// Offset alignment of the plan's buffers (a power of two): every allocation in a region starts at a
+    /// multiple of it. Concat slots inside an allocation need only [`Target::slot_alignment`].
     #[serde(default = "default_alignment")]
     pub alignment: u64,
 }
@@ -94,6 +94,19 @@ fn default_alignment() -> u64 {
 /// The default offset alignment (bytes), as `MemoryOptions` defaults it.
 pub const DEFAULT_ALIGNMENT: u64 = 256;
 
+/// The alignment (bytes) a slice of an eliminated Concat's output needs: the widest access a backend makes into
+/// a buffer it is given (a 128-bit vector access; cuBLAS's tensor-core operands want 16 bytes; exec-cuda's
+/// generated kernels access single elements). The allocation alignment (256 by default, as `cudaMalloc`'s) is
+/// for allocations; a slot is a range inside one, as a half plan's slots are at half the f32 plan's offsets.
+pub const SLOT_ALIGNMENT: u64 = 16;
+
+/// The alignment of Concat slots in a plan whose buffers are aligned to `alignment`: [`SLOT_ALIGNMENT`], or
+/// `alignment` where that is smaller (a power of two dividing it either way). The one rule, used by fusion to
+/// place slots and by the memory pass to record it in the plan.
+pub fn slot_alignment_for(alignment: u64) -> u64 {
+    alignment.clamp(1, SLOT_ALIGNMENT)
+}
+
 impl Target {
     /// `streams` streams on `device`, at the default effort.
     pub fn new(streams: usize, device: DeviceProfile) -> Target {
@@ -103,6 +116,11 @@ impl Target {
     /// The same target with buffers aligned to `alignment` bytes.
     pub fn with_alignment(self, alignment: u64) -> Target {
         Target { alignment, ..self }
+    }
+
+    /// The alignment of the slots of eliminated Concats ([`slot_alignment_for`] of [`Target::alignment`]).
+    pub fn slot_alignment(&self) -> u64 {
+        slot_alignment_for(self.alignment)
     }
 
     /// The same target at `effort`.

@@ -345,6 +345,14 @@ pub struct ExecutionPlan {
     pub event_count: usize,
     pub(crate) graph_name: String,
     pub(crate) alignment: u64,
+    /// Where a slot of an eliminated Concat may start (0, in plans written before slots had their own
+    /// alignment: the same as `alignment`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) slot_alignment: u64,
+    /// The ranges of the slots of eliminated Concats that do not start their output's allocation: the only
+    /// ranges allowed off `alignment` (verify's bounds check).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) slots: Vec<BufferRef>,
     pub(crate) region_bytes: [u64; 4],
     pub(crate) kernels: Vec<Kernel>,
     pub(crate) bindings: Vec<Binding>,
@@ -389,9 +397,25 @@ impl ExecutionPlan {
         &self.graph_name
     }
 
-    /// Offset alignment of every buffer.
+    /// Offset alignment of every allocation, and of every range but the slots of eliminated Concats.
     pub fn alignment(&self) -> u64 {
         self.alignment
+    }
+
+    /// Offset alignment of the slots of eliminated Concats ([`ExecutionPlan::slots`]): a divisor of
+    /// [`ExecutionPlan::alignment`] (16 bytes by default), what a backend's widest access into a buffer needs.
+    pub fn slot_alignment(&self) -> u64 {
+        if self.slot_alignment == 0 {
+            self.alignment
+        } else {
+            self.slot_alignment
+        }
+    }
+
+    /// The ranges of the slots of eliminated Concats that start inside their output's allocation (sorted,
+    /// distinct): a backend binds each as a buffer of its own, aligned to [`ExecutionPlan::slot_alignment`].
+    pub fn slots(&self) -> &[BufferRef] {
+        &self.slots
     }
 
     /// Size of a region in bytes.
@@ -472,6 +496,8 @@ impl ExecutionPlan {
             event_count: events.len(),
             graph_name: graph.name().to_string(),
             alignment: mem.alignment,
+            slot_alignment: mem.slot_alignment,
+            slots: mem.slots.iter().map(|p| BufferRef { region: p.region, offset: p.offset, bytes: p.bytes }).collect(),
             region_bytes: mem.region_bytes,
             kernels: lowered.kernels,
             bindings: lowered.bindings,
@@ -491,4 +517,9 @@ impl ExecutionPlan {
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
+}
+
+/// For `skip_serializing_if`: a zero field is left out of the JSON.
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }

@@ -8,8 +8,9 @@
 //!   the phases never merge an eligible Concat's group (`Why::ConcatPinned`), so its producers' epilogues stay
 //!   with their producers (a Relu goes to its Conv's epilogue instead of into the Concat's loop kernel);
 //! - **layout** (`ConcatLayout`): every slice is one contiguous byte range of the output, i.e. every extent
-//!   before the axis is 1 (batch-1 NCHW on axis 1), and every slice starts at a multiple of the plan's
-//!   alignment (`Target::alignment`), so each slot is a valid buffer of its own;
+//!   before the axis is 1 (batch-1 NCHW on axis 1), and every slice starts at a multiple of the slot
+//!   alignment (`Target::slot_alignment`, 16 bytes: what a backend's widest access into a buffer needs; the
+//!   output itself is an allocation at the plan's alignment), so each slot is a valid buffer of its own;
 //! - **inputs** (`ConcatInput`): at least two; each an intermediate (not a graph input, weight, constant or
 //!   output) written by a kernel (not by a view, a copy, a custom kernel or another eliminated Concat), appearing
 //!   once in this Concat and in no other eliminated Concat (a tensor has one place), with no view of it being a
@@ -45,7 +46,7 @@ pub struct ConcatSlot {
     pub concat: NodeId,
     /// The Concat's output tensor, whose allocation holds the slot.
     pub output: TensorId,
-    /// Byte offset of the slot in the output (a multiple of the plan's alignment).
+    /// Byte offset of the slot in the output (a multiple of the slot alignment, `Target::slot_alignment`).
     pub offset: u64,
 }
 
@@ -64,7 +65,7 @@ pub(super) struct Candidates {
 }
 
 impl Candidates {
-    /// The candidates of `graph` at `alignment` (see the type docs).
+    /// The candidates of `graph` with slots at multiples of `alignment` (the slot alignment; type docs).
     pub fn new(graph: &ComputeGraph, order: &TopoOrder, alignment: u64) -> Candidates {
         let a = alignment.max(1);
         let mut placed: SecondaryMap<NodeId, Vec<(TensorId, u64)>> = SecondaryMap::new();
@@ -239,7 +240,10 @@ fn check(
             return Err((
                 RejectReason::ConcatLayout,
                 Some(t),
-                format!("slice of '{}' would start at byte {offset}, not a multiple of the alignment {a}", tensor.name),
+                format!(
+                    "slice of '{}' would start at byte {offset}, not a multiple of the slot alignment {a}",
+                    tensor.name
+                ),
             ));
         }
         placed.push((t, offset));

@@ -552,7 +552,8 @@ pub fn analyse_for(graph: &ComputeGraph, order: &TopoOrder, opts: &FusionOptions
 pub struct Fusion<'g> {
     graph: &'g ComputeGraph,
     order: &'g TopoOrder,
-    alignment: u64,
+    /// Where Concat slots may start ([`Target::slot_alignment`]).
+    slot_alignment: u64,
     start: build::Start<'g>,
 }
 
@@ -560,7 +561,7 @@ impl<'g> Fusion<'g> {
     /// Prepare the pass for `graph` in `order` on `target`.
     pub fn new(graph: &'g ComputeGraph, order: &'g TopoOrder, target: &Target) -> Fusion<'g> {
         let _span = tracing::debug_span!("fusion_start").entered();
-        Fusion { graph, order, alignment: target.alignment, start: build::Start::new(graph, order, target) }
+        Fusion { graph, order, slot_alignment: target.slot_alignment(), start: build::Start::new(graph, order, target) }
     }
 
     /// One run of the pass under `opts`: the same plan [`analyse_for`] gives.
@@ -568,7 +569,7 @@ impl<'g> Fusion<'g> {
         let _span = tracing::debug_span!("fusion").entered();
         let (graph, order) = (self.graph, self.order);
         let cands = (opts.enabled && opts.caps.concat_elimination)
-            .then(|| concat::Candidates::new(graph, order, self.alignment));
+            .then(|| concat::Candidates::new(graph, order, self.slot_alignment));
         let mut plan = build::run(&self.start, order, opts, cands.as_ref());
         if let Some(c) = &cands {
             concat::eliminate(graph, &mut plan, c);

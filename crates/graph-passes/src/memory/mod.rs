@@ -201,6 +201,12 @@ pub struct PoolBuffer {
 pub struct MemoryPlan {
     /// Alignment used.
     pub alignment: u64,
+    /// Where the slots of eliminated Concats may start (`target::slot_alignment_for` of `alignment`).
+    pub slot_alignment: u64,
+    /// The placements of the slots of eliminated Concats (and of their views) that do not start their
+    /// output's allocation, sorted and distinct: the only placements off `alignment`, each at a multiple of
+    /// `slot_alignment`.
+    pub slots: Vec<Placement>,
     /// Bytes of each region, indexed by `Region::index`.
     pub region_bytes: [u64; 4],
     /// Placement of every materialised tensor (view outputs share their root's bytes).
@@ -396,6 +402,7 @@ pub fn analyse(
         })
         .collect();
     region_bytes[Region::Pool.index()] = pool_bytes;
+    let mut slots: Vec<Placement> = Vec::new();
     for (t, tensor) in graph.tensors() {
         if placement.contains_key(t) {
             continue;
@@ -404,8 +411,12 @@ pub fn analyse(
         if let Some(&(region, offset)) = root_place.get(r) {
             if classes.materialized.contains_key(r) || tensor.role.is_source() {
                 // A slot of an eliminated Concat sits at its offset inside the Concat output's bytes.
-                let offset = offset.saturating_add(groups.offset(t));
-                placement.insert(t, Placement { region, offset, bytes: tensor.size_bytes() as u64 });
+                let within = groups.offset(t);
+                let p = Placement { region, offset: offset.saturating_add(within), bytes: tensor.size_bytes() as u64 };
+                if within != 0 {
+                    slots.push(p);
+                }
+                placement.insert(t, p);
             }
         }
     }
@@ -425,8 +436,12 @@ pub fn analyse(
     let reuse_edges = edges.into_iter().map(|(from, to)| ReuseEdge { from, to }).collect();
     let in_place: Vec<(TensorId, TensorId, GroupId)> =
         handovers.iter().map(|h| (model.roots[h.input.index()], model.roots[h.output.index()], h.group)).collect();
+    slots.sort_unstable_by_key(|p| (p.region.index(), p.offset, p.bytes));
+    slots.dedup();
     Ok(MemoryPlan {
         alignment: a,
+        slot_alignment: crate::target::slot_alignment_for(a),
+        slots,
         region_bytes,
         placement,
         buffers,

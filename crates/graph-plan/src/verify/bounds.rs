@@ -1,6 +1,7 @@
 //! Check 4, bounds: every range of a launch, a copy or a binding lies inside its region and starts at a
-//! multiple of the plan's alignment; a copy moves no more bytes than its source and destination hold.
-//! O(ranges).
+//! multiple of the plan's alignment, but for the slots of eliminated Concats the plan lists
+//! (`ExecutionPlan::slots`), which start at a multiple of the slot alignment; a copy moves no more bytes than
+//! its source and destination hold. O(ranges + slots log slots).
 
 use crate::ids::StepId;
 use crate::plan::{BufferRef, PlanStep};
@@ -12,13 +13,27 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let plan = ix.plan;
     // An alignment of 0 would be a broken header; treat it as "no requirement" rather than divide by it.
     let align = plan.alignment().max(1);
+    let slot_align = plan.slot_alignment().max(1);
+    // Slots: inside their region and at the slot alignment; a range off `align` must be one of them.
+    for (i, s) in plan.slots().iter().enumerate() {
+        let size = plan.region_bytes(s.region);
+        if s.offset.checked_add(s.bytes).is_none_or(|end| end > size) {
+            out.push(Violation::OutOfRegion { site: Site::Slot(i), range: *s, region_bytes: size });
+        }
+        if s.offset % slot_align != 0 {
+            out.push(Violation::Misaligned { site: Site::Slot(i), range: *s, alignment: slot_align });
+        }
+    }
+    let mut slots: Vec<BufferRef> = plan.slots().to_vec();
+    slots.sort_unstable();
     let range = |site: &dyn Fn() -> Site, b: &BufferRef, out: &mut Vec<Violation>| {
         let size = plan.region_bytes(b.region);
         // `checked_add`: an offset near u64::MAX must not wrap back inside the region.
         if b.offset.checked_add(b.bytes).is_none_or(|end| end > size) {
             out.push(Violation::OutOfRegion { site: site(), range: *b, region_bytes: size });
         }
-        if b.offset % align != 0 {
+        // A range the plan does not list as a slot needs the plan's alignment.
+        if b.offset % align != 0 && slots.binary_search(b).is_err() {
             out.push(Violation::Misaligned { site: site(), range: *b, alignment: align });
         }
     };

@@ -17,7 +17,8 @@
 //!    tensors' bytes as their writer left them (last written by a launch of the tensor's writer kernel, or,
 //!    for inputs, weights, constants and copy destinations, by no launch).
 //! 4. bounds (`bounds.rs`): every range of a step or a binding lies inside its region and is aligned to
-//!    `plan.alignment()`; a copy moves no more bytes than its ranges hold.
+//!    `plan.alignment()`, but the slots of eliminated Concats the plan lists (`plan.slots()`), which are
+//!    aligned to `plan.slot_alignment()`; a copy moves no more bytes than its ranges hold.
 //! 5. counters (`counters.rs`): `kernel_count_original`, `kernel_count_fused`, `event_count`, `pool_bytes`
 //!    and `num_streams` agree with the nodes, steps and regions; every step's stream is below `num_streams`.
 //!

@@ -64,6 +64,8 @@ pub enum Site {
     Step(StepId),
     /// An external binding, by tensor name.
     Binding(String),
+    /// A slot of an eliminated Concat the plan lists (`ExecutionPlan::slots`), by its index there.
+    Slot(usize),
 }
 
 impl fmt::Display for Site {
@@ -71,6 +73,7 @@ impl fmt::Display for Site {
         match self {
             Site::Step(s) => write!(f, "{s}"),
             Site::Binding(name) => write!(f, "binding '{name}'"),
+            Site::Slot(i) => write!(f, "concat slot #{i}"),
         }
     }
 }
@@ -343,7 +346,7 @@ impl Violation {
             }
             OutOfRegion { site, .. } | Misaligned { site, .. } => match site {
                 Site::Step(s) => vec![*s],
-                Site::Binding(_) => Vec::new(),
+                Site::Binding(_) | Site::Slot(_) => Vec::new(),
             },
         }
     }
