@@ -604,7 +604,9 @@ struct Decided {
     sources: Vec<TensorId>,
     /// What the rewrite needs to know of each tensor of the input graph.
     facts: SecondaryMap<TensorId, Fact>,
-    /// The store dtype of each node placed as a mixed-precision node ([`graph_ir::Node::store`]).
+    /// The store dtype chosen for each node that may be mixed ([`store_dtypes`]); it is placed as a
+    /// mixed-precision node ([`graph_ir::Node::store`]) when an operand is stored in another float dtype, else as
+    /// an ordinary node of that dtype.
     stores: SecondaryMap<NodeId, DType>,
 }
 
@@ -719,9 +721,10 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
 }
 
 /// The store dtype of every node that can read and store mixed dtypes ([`Op::stores_mixed`]) and computes in
-/// f32 or half by the decisions: the one dtype its readers need (anchors and as-declared nodes need their own
-/// dtype, a graph output its final dtype), else the one dtype its mixed readers compute in, else its own. Its
-/// operands are read as stored, so no cast goes in front of it, and none after it where its readers agree.
+/// f32 or half by the decisions: the one dtype its kernel readers need (anchors, data movement and as-declared
+/// nodes read their own dtype); else the one final dtype of the graph outputs it reaches through views; else the
+/// one dtype its mixed readers compute in; else its own. Its operands are read as stored, so no cast goes in
+/// front of it, and none after it where its readers agree.
 fn store_dtypes(
     graph: &ComputeGraph,
     order: &[NodeId],
