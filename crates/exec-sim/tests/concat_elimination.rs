@@ -153,6 +153,8 @@ fn slots_inside_the_allocation_alignment_are_listed_verified_and_exact() {
     // does not list, are both caught.
     let mut v: serde_json::Value = serde_json::from_str(&plan.to_json()).unwrap();
     v["slots"][0]["offset"] = serde_json::json!(base + 72);
+    // Declaring a looser slot alignment does not loosen the rule.
+    v["slot_alignment"] = serde_json::json!(1);
     let bad = ExecutionPlan::from_json(&v.to_string()).unwrap();
     let errs = verify(&bad).unwrap_err();
     assert!(

@@ -13,7 +13,9 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
     let plan = ix.plan;
     // An alignment of 0 would be a broken header; treat it as "no requirement" rather than divide by it.
     let align = plan.alignment().max(1);
-    let slot_align = plan.slot_alignment().max(1);
+    // The slot alignment is the rule's for this alignment (`graph_passes::target::slot_alignment_for`), or what
+    // the plan declares where that is stricter: a plan cannot loosen it by declaring less.
+    let slot_align = graph_passes::target::slot_alignment_for(align).max(plan.slot_alignment());
     // Slots: inside their region and at the slot alignment; a range off `align` must be one of them.
     for (i, s) in plan.slots().iter().enumerate() {
         let size = plan.region_bytes(s.region);
