@@ -94,7 +94,10 @@
 //! all its inputs are ready and delays everything after it; the longest path through it is `ready + time +
 //! tail`. A merge is rejected (`LosesConcurrency`) when that path exceeds `L` by more than one launch overhead
 //! (the launch it removes is worth that much even off the critical path) and exceeds the paths through the two
-//! parts. With one stream nothing can run concurrently and the check is off.
+//! parts run apart. Apart, the two kernels share the device: the longer of their paths also waits for the
+//! other's work (the shorter roofline), since the model's rooflines are whole-device times. So Q, K and V
+//! projections of one input merge on any stream count; a merge that makes a kernel wait for a late input does
+//! not. With one stream nothing can run concurrently and the check is off.
 //!
 //! # Decisions
 //! Every data edge between two kernels (producer and consumer non-view nodes, looking through views) gets a

@@ -76,7 +76,15 @@ impl Model {
 
     /// The longest modelled path through a kernel with these lists: when its inputs are ready, plus its
     /// roofline time and overhead, plus the longest tail after the readers of what it writes.
-    fn path(&self, d: &Dense<'_>, inputs: &[u32], escaping: &[u32], flops: u64, inside: &dyn Fn(u32) -> bool) -> f64 {
+    /// Also returns the kernel's roofline time (its work on the whole device).
+    fn path(
+        &self,
+        d: &Dense<'_>,
+        inputs: &[u32],
+        escaping: &[u32],
+        flops: u64,
+        inside: &dyn Fn(u32) -> bool,
+    ) -> (f64, f64) {
         let mut ready = 0f64;
         for &t in inputs {
             let p = d.kprod[t as usize];
@@ -86,14 +94,15 @@ impl Model {
         }
         let bytes = inputs.iter().chain(escaping).map(|&t| d.bytes[t as usize]).fold(0u64, u64::saturating_add);
         let cost = OpCost { flops, bytes_read: bytes, bytes_written: 0 };
-        let time = self.device.roofline_us(&cost, DType::F32) + self.overhead_us;
+        let roofline = self.device.roofline_us(&cost, DType::F32);
+        let time = roofline + self.overhead_us;
         let mut after = 0f64;
         for &t in escaping {
             for &c in d.readers(t).iter().filter(|&&c| !inside(c)) {
                 after = after.max(self.tail[c as usize]);
             }
         }
-        ready + time + after
+        (ready + time + after, roofline)
     }
 
     /// `Some(why)` when merging `a` and `b` into `pv` lengthens the critical path (module docs).
@@ -107,8 +116,16 @@ impl Model {
         let (fa, fb) = (groups.g[a as usize].flops, groups.g[b as usize].flops);
         let pa = self.path(d, groups.inputs(d, a), groups.escaping(d, a), fa, &only(a));
         let pb = self.path(d, groups.inputs(d, b), groups.escaping(d, b), fb, &only(b));
-        let pm = self.path(d, &pv.inputs, &pv.escaping, fa.saturating_add(fb), &both);
-        (pm > self.critical + self.overhead_us && pm > pa.max(pb) + 1e-9)
+        let (pm, _) = self.path(d, &pv.inputs, &pv.escaping, fa.saturating_add(fb), &both);
+        // Independent kernels run apart share the device: the longer path also waits for the other's work. (After
+        // the cycle check, a and b are independent unless an edge joins them; a producer's path already holds
+        // its consumer.)
+        let feeds = |x: u32, y: u32| {
+            groups.inputs(d, y).iter().any(|&t| d.kprod[t as usize] != NONE && only(x)(d.kprod[t as usize]))
+        };
+        let shared = if feeds(a, b) || feeds(b, a) { 0.0 } else { pa.1.min(pb.1) };
+        let apart = pa.0.max(pb.0) + shared;
+        (pm > self.critical + self.overhead_us && pm > apart + 1e-9)
             .then_some(Why::Concurrency { path: pm, critical: self.critical })
     }
 }
