@@ -163,3 +163,20 @@ fn greedy_runs_stop_at_the_bound_and_within_their_work_budget() {
     assert!(online_only.height >= 12);
     check(&hard, &online_only.offsets).unwrap();
 }
+
+#[test]
+fn peak_spans_are_the_maximal_spans_at_the_bound() {
+    // Live totals: [0,2) 4, [2,3) 6, [3,5) 2, [5,7) 6, [7,8) 6 (one buffer ends as another starts), [8,9) 1.
+    let bufs = [b(0, 3, 4), b(2, 5, 2), b(5, 8, 4), b(5, 7, 2), b(7, 9, 1), b(7, 8, 1)];
+    let (bound, spans) = pack::peak_spans(&bufs, 1);
+    assert_eq!(bound, 6);
+    assert_eq!(bound, lower_bound(&bufs, 1));
+    // [7, 8) holds 4 + 1 + 1 = 6 as well, so the second span runs on to 8.
+    assert_eq!(spans, vec![(2, 3), (5, 8)]);
+    // Alignment rounds every size up first: 4 -> 8, 2 -> 8, 1 -> 8.
+    let (bound, spans) = pack::peak_spans(&bufs, 8);
+    assert_eq!(bound, lower_bound(&bufs, 8));
+    assert_eq!(bound, 24);
+    assert_eq!(spans, vec![(7, 8)]);
+    assert_eq!(pack::peak_spans(&[], 1), (0, vec![]));
+}

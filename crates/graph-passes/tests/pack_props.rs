@@ -87,6 +87,17 @@ proptest! {
         prop_assert_eq!(check(&bufs, &p.offsets), Ok(()));
         prop_assert!(!overlaps_pairwise(&bufs, &p.offsets));
         prop_assert_eq!(p.lower_bound, lower_bound(&bufs, alignment));
+        // The peak spans: at the bound at every step inside, below it just outside, in order and disjoint.
+        let (bound, spans) = pack::peak_spans(&bufs, alignment);
+        prop_assert_eq!(bound, p.lower_bound);
+        let live = |t: u64| bufs.iter().filter(|x| x.lower <= t && t < x.upper)
+            .map(|x| x.size.div_ceil(alignment) * alignment).sum::<u64>();
+        for (i, &(from, to)) in spans.iter().enumerate() {
+            prop_assert!(from < to && spans.get(i + 1).is_none_or(|n| to < n.0));
+            prop_assert!((from..to).all(|t| live(t) == bound));
+            prop_assert!(live(to) < bound && (from == 0 || live(from - 1) < bound));
+        }
+        prop_assert_eq!(spans.is_empty(), bound == 0);
         prop_assert!(p.height >= p.lower_bound);
         let naive: u64 = bufs.iter().map(|b| aligned(b.size, alignment)).sum();
         prop_assert!(p.height <= naive);

@@ -326,10 +326,12 @@ fn fuse(
 }
 
 /// The front for `fusion` when its Concat eliminations do not raise the memory bound, else for the fusion plan
-/// without them, with a `ConcatMemory` decision on each such Concat. The two are compared by
-/// `memory::lower_bound` (the bound the memory pass would report, without its packing); the caller plans memory
-/// once, for the front it gets. The check's time (both bounds, the second fusion and its group graph) counts as
-/// fusion time.
+/// without them, with a `ConcatMemory` decision on each such Concat. First `memory::concat_bound`: when a step
+/// at `fusion`'s peak lies outside every elimination's early window, the same kernels with each Concat launched
+/// peak no lower, and `fusion` is kept without a second fusion run (the usual case). Otherwise the two fusion
+/// plans are compared by `memory::lower_bound` (the bound the memory pass would report, without its packing).
+/// The caller plans memory once, for the front it gets. The check's time (the bounds, the second fusion and its
+/// group graph) counts as fusion time.
 fn settle_concats(
     graph: &ComputeGraph,
     topo: &TopoOrder,
@@ -346,10 +348,16 @@ fn settle_concats(
     let mut scratch = PassClock::default();
     let t0 = Instant::now();
     // A bound over the pool limit counts as a rise (the plan without them reports its own error, if any).
-    let with = memory::lower_bound(graph, &front.fusion, &front.groups, target, &opts.memory)
-        .ok()
-        .filter(|&b| b <= opts.memory.max_pool_bytes)
-        .unwrap_or(u64::MAX);
+    let (with, may_raise) = match memory::concat_bound(graph, &front.fusion, &front.groups, target, &opts.memory) {
+        Ok((b, may_raise)) if b <= opts.memory.max_pool_bytes => (b, may_raise),
+        _ => (u64::MAX, true),
+    };
+    if !may_raise {
+        // A step at the peak is outside every elimination's early window: without them the bound is no lower
+        // (`memory::concat_bound`), so the second fusion run is not needed.
+        clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
+        return Ok(front);
+    }
     let mut off = opts.fusion.clone();
     off.caps.concat_elimination = false;
     let alt_fusion = pass.analyse(&off);

@@ -21,9 +21,12 @@
 //!   nesting: one level of offsets).
 //!
 //! **Memory.** The output's buffer lives from its first producer's launch to its last reader's: during the
-//! producers' window it holds bytes that separate slots would only take later. The pipeline driver keeps the
-//! eliminations only when the memory pass confirms that `lower_bound_bytes` does not rise (graph-plan
-//! `build.rs`), else it plans without them and records `ConcatMemory` on each such Concat.
+//! producers' window it holds bytes that separate slots would only take later. Two checks, both recording
+//! `ConcatMemory`: before fusion, [`Candidates::new`] refuses every eligible Concat when eliminating them all
+//! would raise the live-bytes bound of the node order (a cheap proxy: no fusion run is spent on eliminations
+//! that would be dropped); after fusion the pipeline driver keeps the eliminations only when the memory pass
+//! confirms that `lower_bound_bytes` of the plan's order does not rise (graph-plan `build.rs`), else it plans
+//! without them.
 //!
 //! What the later passes see: the Concat is in no group (as a view outside groups); [`FusionPlan::concat_slots`]
 //! maps each input to the output and its byte offset. The group graph roots a slot (and views of it) at the
@@ -65,8 +68,17 @@ pub(super) struct Candidates {
 }
 
 impl Candidates {
-    /// The candidates of `graph` with slots at multiples of `alignment` (the slot alignment; type docs).
-    pub fn new(graph: &ComputeGraph, order: &TopoOrder, alignment: u64) -> Candidates {
+    /// The candidates of `graph` with slots at multiples of `alignment` (the slot alignment; type docs), those
+    /// that would raise the memory bound of the node order left out ([`memory_filter`]; `buffer_alignment`: the
+    /// plan's allocation alignment).
+    pub fn new(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, buffer_alignment: u64) -> Candidates {
+        let mut c = Candidates::by_layout(graph, order, alignment);
+        memory_filter(graph, order, buffer_alignment, &mut c);
+        c
+    }
+
+    /// The candidates by the layout, input and output conditions alone.
+    fn by_layout(graph: &ComputeGraph, order: &TopoOrder, alignment: u64) -> Candidates {
         let a = alignment.max(1);
         let mut placed: SecondaryMap<NodeId, Vec<(TensorId, u64)>> = SecondaryMap::new();
         let mut refused: SecondaryMap<NodeId, Refusal> = SecondaryMap::new();
@@ -93,6 +105,180 @@ impl Candidates {
     /// True when `n` is a Concat the phases must leave alone in its group.
     pub fn pinned(&self, n: NodeId) -> bool {
         self.placed.contains_key(n)
+    }
+}
+
+/// Refuse every candidate when eliminating them all would raise the memory bound of the node order (one buffer
+/// per alias family, live from its producer to its last reader, each at the allocation alignment). An
+/// eliminated Concat's output is live from its first input's producer on, holding bytes that separate inputs
+/// would only fill up to its own position; after that it holds what the inputs or the output would. This runs
+/// before the fusion phases, on the unfused order: a proxy for the fused plan's bound, which the pipeline driver
+/// still checks (`memory::concat_bound`, and a plan without eliminations when they raise it). All or none, as
+/// that check decides: the proxy only spares the driver a second fusion run where the eliminations will not be
+/// kept. O((N + E) log N) with a range-add, range-max tree.
+fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mut Candidates) {
+    if c.placed.is_empty() {
+        return;
+    }
+    let a = u128::from(alignment.max(1));
+    let bytes = |t: TensorId| (graph.tensor(t).size_bytes() as u128).div_ceil(a) * a;
+    let n = order.order.len();
+    // Alias roots and each family's live interval [producer, last reader + 1) over the node positions.
+    let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+    let mut span: SecondaryMap<TensorId, (usize, usize)> = SecondaryMap::with_capacity(graph.num_tensors());
+    for (i, &id) in order.order.iter().enumerate() {
+        let node = graph.node(id);
+        if node.op.is_view() {
+            let r = node.inputs.first().map(|&x| root.get(x).copied().unwrap_or(x));
+            for &o in &node.outputs {
+                root.insert(o, r.unwrap_or(o));
+            }
+            continue;
+        }
+        for &t in &node.inputs {
+            let r = root.get(t).copied().unwrap_or(t);
+            if let Some(s) = span.get_mut(r) {
+                s.1 = s.1.max(i + 1);
+            }
+        }
+        for &o in &node.outputs {
+            root.insert(o, o);
+            match graph.tensor(o).role {
+                TensorRole::Intermediate => {
+                    span.insert(o, (i, i + 1));
+                }
+                TensorRole::Output => {
+                    span.insert(o, (i, n));
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut tree = MaxAdd::new(n);
+    for (t, &(from, to)) in &span {
+        tree.add(from, to, bytes(t) as i128);
+    }
+    let bound = tree.max(0, n);
+    let pos = |x: NodeId| order.position.get(x).copied().unwrap_or(0) as usize;
+    for (id, inputs) in &c.placed {
+        let (Some(&o), at) = (graph.node(id).outputs.first(), pos(id)) else { continue };
+        let mut first = at;
+        for &(t, _) in inputs {
+            if let Some(&(f, e)) = span.get(t) {
+                tree.add(f, e, -(bytes(t) as i128));
+                first = first.min(f);
+            }
+        }
+        tree.add(first, at, bytes(o) as i128);
+    }
+    let with = tree.max(0, n);
+    if with <= bound {
+        return;
+    }
+    let count = c.placed.len();
+    let why = format!(
+        "eliminating the {count} eligible Concats would raise the memory bound of the node order from {bound} to \
+         {with} bytes (each output live from its first input's producer on)"
+    );
+    for (id, _) in std::mem::take(&mut c.placed) {
+        c.refused.insert(id, (RejectReason::ConcatMemory, None, why.clone()));
+    }
+}
+
+/// Range add and range max over positions `0..n` (a lazy segment tree, bottom-up, no recursion).
+struct MaxAdd {
+    size: usize,
+    height: u32,
+    /// Per node: the max of its range, its own pending adds included.
+    t: Vec<i128>,
+    /// Per inner node: the add pending for its whole range.
+    d: Vec<i128>,
+}
+
+impl MaxAdd {
+    fn new(n: usize) -> MaxAdd {
+        let size = n.max(1).next_power_of_two();
+        MaxAdd { size, height: size.trailing_zeros(), t: vec![0; 2 * size], d: vec![0; size] }
+    }
+
+    fn apply(&mut self, p: usize, v: i128) {
+        self.t[p] += v;
+        if p < self.size {
+            self.d[p] += v;
+        }
+    }
+
+    /// Recompute the ancestors of leaf-level node `p`.
+    fn rebuild(&mut self, mut p: usize) {
+        while p > 1 {
+            p >>= 1;
+            self.t[p] = self.t[2 * p].max(self.t[2 * p + 1]) + self.d[p];
+        }
+    }
+
+    /// Push the pending adds of `p`'s ancestors down to it.
+    fn push(&mut self, p: usize) {
+        for s in (1..=self.height).rev() {
+            let i = p >> s;
+            if self.d[i] != 0 {
+                let v = self.d[i];
+                self.apply(2 * i, v);
+                self.apply(2 * i + 1, v);
+                self.d[i] = 0;
+            }
+        }
+    }
+
+    /// Add `v` over `[l, r)`.
+    fn add(&mut self, l: usize, r: usize, v: i128) {
+        let r = r.min(self.size);
+        if l >= r || v == 0 {
+            return;
+        }
+        let (l0, r0) = (l + self.size, r - 1 + self.size);
+        self.push(l0);
+        self.push(r0);
+        let (mut l, mut r) = (l0, r + self.size);
+        while l < r {
+            if l & 1 == 1 {
+                self.apply(l, v);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                self.apply(r, v);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        self.rebuild(l0);
+        self.rebuild(r0);
+    }
+
+    /// The max over `[l, r)` (`i128::MIN` when empty).
+    fn max(&mut self, l: usize, r: usize) -> i128 {
+        let r = r.min(self.size);
+        if l >= r {
+            return i128::MIN;
+        }
+        let (l0, r0) = (l + self.size, r - 1 + self.size);
+        self.push(l0);
+        self.push(r0);
+        let (mut l, mut r) = (l0, r + self.size);
+        let mut m = i128::MIN;
+        while l < r {
+            if l & 1 == 1 {
+                m = m.max(self.t[l]);
+                l += 1;
+            }
+            if r & 1 == 1 {
+                r -= 1;
+                m = m.max(self.t[r]);
+            }
+            l >>= 1;
+            r >>= 1;
+        }
+        m
     }
 }
 

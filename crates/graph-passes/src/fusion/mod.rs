@@ -369,8 +369,9 @@ pub enum RejectReason {
     ConcatLayout,
     /// Concat elimination: the output is (or aliases) a graph output, is never read, or is itself a slot.
     ConcatOutput,
-    /// Concat elimination: the memory pass found that eliminating would raise `lower_bound_bytes` (the output's
-    /// buffer lives from its first producer).
+    /// Concat elimination: eliminating would raise the memory bound (the output's buffer lives from its first
+    /// producer): decided before fusion on the node order (all eligible Concats or none), or after fusion by the
+    /// memory pass on the plan's order.
     ConcatMemory,
 }
 
@@ -557,6 +558,8 @@ pub struct Fusion<'g> {
     order: &'g TopoOrder,
     /// Where Concat slots may start ([`Target::slot_alignment`]).
     slot_alignment: u64,
+    /// The plan's allocation alignment ([`Target::alignment`]), for the Concat candidates' memory check.
+    alignment: u64,
     start: build::Start<'g>,
 }
 
@@ -564,7 +567,13 @@ impl<'g> Fusion<'g> {
     /// Prepare the pass for `graph` in `order` on `target`.
     pub fn new(graph: &'g ComputeGraph, order: &'g TopoOrder, target: &Target) -> Fusion<'g> {
         let _span = tracing::debug_span!("fusion_start").entered();
-        Fusion { graph, order, slot_alignment: target.slot_alignment(), start: build::Start::new(graph, order, target) }
+        Fusion {
+            graph,
+            order,
+            slot_alignment: target.slot_alignment(),
+            alignment: target.alignment,
+            start: build::Start::new(graph, order, target),
+        }
     }
 
     /// One run of the pass under `opts`: the same plan [`analyse_for`] gives.
@@ -572,7 +581,7 @@ impl<'g> Fusion<'g> {
         let _span = tracing::debug_span!("fusion").entered();
         let (graph, order) = (self.graph, self.order);
         let cands = (opts.enabled && opts.caps.concat_elimination)
-            .then(|| concat::Candidates::new(graph, order, self.slot_alignment));
+            .then(|| concat::Candidates::new(graph, order, self.slot_alignment, self.alignment));
         let mut plan = build::run(&self.start, order, opts, cands.as_ref());
         if let Some(c) = &cands {
             concat::eliminate(graph, &mut plan, c);

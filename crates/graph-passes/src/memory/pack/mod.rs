@@ -252,19 +252,8 @@ pub enum PackError {
 /// The sweep lower bound: the largest total aligned size live at any one time. Buffers with an empty lifetime
 /// count for nothing; an `alignment` of 0 counts as 1; the sum saturates at `u64::MAX`.
 pub fn lower_bound(buffers: &[Buffer], alignment: u64) -> u64 {
-    let align = alignment.max(1);
-    let mut events: Vec<(u64, bool, u128)> = Vec::with_capacity(2 * buffers.len());
-    for b in buffers {
-        if b.lower < b.upper && b.size > 0 {
-            let aligned = u128::from(b.size).div_ceil(u128::from(align)) * u128::from(align);
-            // `false` sorts first: ends before starts at equal times (half-open lifetimes).
-            events.push((b.lower, true, aligned));
-            events.push((b.upper, false, aligned));
-        }
-    }
-    events.sort_unstable();
     let (mut live, mut peak) = (0u128, 0u128);
-    for (_, start, size) in events {
+    for (_, start, size) in sweep_events(buffers, alignment) {
         if start {
             live += size;
             peak = peak.max(live);
@@ -273,6 +262,55 @@ pub fn lower_bound(buffers: &[Buffer], alignment: u64) -> u64 {
         }
     }
     u64::try_from(peak).unwrap_or(u64::MAX)
+}
+
+/// [`lower_bound`] and the time spans `[from, to)` over which the live total equals it, in time order.
+pub fn peak_spans(buffers: &[Buffer], alignment: u64) -> (u64, Vec<(u64, u64)>) {
+    let events = sweep_events(buffers, alignment);
+    // The live total after each time's events, per distinct time.
+    let mut steps: Vec<(u64, u128)> = Vec::new();
+    let mut live = 0u128;
+    for (t, start, size) in events {
+        if start {
+            live += size;
+        } else {
+            live -= size;
+        }
+        match steps.last_mut() {
+            Some(last) if last.0 == t => last.1 = live,
+            _ => steps.push((t, live)),
+        }
+    }
+    let peak = steps.iter().map(|s| s.1).max().unwrap_or(0);
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for (i, &(t, v)) in steps.iter().enumerate() {
+        if v != peak || peak == 0 {
+            continue;
+        }
+        // The total holds until the next time with events (the last time has none live after it).
+        let to = steps.get(i + 1).map_or(t, |s| s.0);
+        match spans.last_mut() {
+            Some(last) if last.1 == t => last.1 = to,
+            _ => spans.push((t, to)),
+        }
+    }
+    (u64::try_from(peak).unwrap_or(u64::MAX), spans)
+}
+
+/// The sweep's events: `(time, starts, aligned size)`, ends before starts at equal times (half-open lifetimes).
+fn sweep_events(buffers: &[Buffer], alignment: u64) -> Vec<(u64, bool, u128)> {
+    let align = alignment.max(1);
+    let mut events: Vec<(u64, bool, u128)> = Vec::with_capacity(2 * buffers.len());
+    for b in buffers {
+        if b.lower < b.upper && b.size > 0 {
+            let aligned = u128::from(b.size).div_ceil(u128::from(align)) * u128::from(align);
+            // `false` sorts first.
+            events.push((b.lower, true, aligned));
+            events.push((b.upper, false, aligned));
+        }
+    }
+    events.sort_unstable();
+    events
 }
 
 /// Packs `buffers` into one pool. See the module docs for the algorithm and guarantees.
