@@ -341,12 +341,14 @@ impl Work<'_> {
                                 what: "no cuBLAS handle on its stream".to_owned(),
                             }
                         })?;
-                        handle.matmul(
-                            &b.matmul,
-                            range(regions, &src.name, b.a)?,
-                            range(regions, &src.name, b.b)?,
-                            range(regions, &src.name, b.c)?,
-                        )?;
+                        for call in b.calls() {
+                            handle.gemm(
+                                &call.gemm,
+                                range(regions, &src.name, call.a)?,
+                                range(regions, &src.name, call.b)?,
+                                range(regions, &src.name, call.c)?,
+                            )?;
+                        }
                     }
                     if let Some(Some(k)) = self.kernels.get(kernel.index()) {
                         let args = src
@@ -375,17 +377,16 @@ impl Work<'_> {
 
     /// Driver calls of one eager submission.
     fn calls(&self, side_streams: usize) -> usize {
-        let steps: usize = self
-            .steps
-            .iter()
-            .map(|s| match s {
-                PlanStep::Launch { kernel, .. } => self
-                    .sources
-                    .get(kernel.index())
-                    .map_or(0, |src| usize::from(src.blas.is_some()) + usize::from(src.launch != Launch::None)),
-                _ => 1,
-            })
-            .sum();
+        let steps: usize =
+            self.steps
+                .iter()
+                .map(|s| match s {
+                    PlanStep::Launch { kernel, .. } => self.sources.get(kernel.index()).map_or(0, |src| {
+                        src.blas.map_or(0, |b| b.call_count()) + usize::from(src.launch != Launch::None)
+                    }),
+                    _ => 1,
+                })
+                .sum();
         // Fork: one record, one wait per side stream; join: one record and one wait per side stream.
         steps + 1 + 3 * side_streams
     }

@@ -432,7 +432,7 @@ fn permuted_epilogues_write_the_permuted_layout() {
         (seq(32, 0.1, 0.0), seq(64, 0.05, 0.1), seq(8, 0.3, 0.0), seq(16, 0.2, -0.1), vec![1.0, 2.0, 3.0, 4.0]);
     let data = [("x", f(&xv)), ("w", f(&wv)), ("b", f(&bv)), ("s", f(&sv)), ("c", f(&cv))];
     let caps = graph_plan::FusionCaps { layout_epilogue: true, ..codegen::fusion_caps() };
-    let Some(out) = run_caps("permuted epilogues", &g, 1, &data, caps, Some(2)) else { return };
+    let Some(out) = run_caps("permuted epilogues", &g, 1, &data, caps.clone(), Some(2)) else { return };
     // y[s, n] = x[s,:] . w[:, n] + b[n]; out[h, s, d] = y[s, h * 4 + d].
     let mut want = vec![0f32; 32];
     for h in 0..2 {
@@ -453,6 +453,89 @@ fn permuted_epilogues_write_the_permuted_layout() {
         }
     }
     close("square transpose", &out[&g.tensor(st).name], &want);
+    // Both products are cuBLAS calls that store straight into the permuted outputs.
+    let plan =
+        ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps), ..PlanOptions::default() }).unwrap();
+    let stored =
+        codegen::generate_all(&plan).unwrap().iter().filter(|s| s.blas.is_some_and(|b| b.store.is_some())).count();
+    assert_eq!(stored, 2);
+}
+
+fn opts_caps(caps: graph_plan::FusionCaps) -> graph_plan::FusionOptions {
+    graph_plan::FusionOptions { caps, ..graph_plan::FusionOptions::default() }
+}
+
+#[test]
+fn projections_store_their_heads_through_cublas() {
+    // Batch 2: a query projection + bias split into heads [2,4,8] -> [2,2,4,4] then a Relu, and a key projection
+    // + bias split and transposed for the scores [2,2,4,4] (d before s). Each is one kernel: cuBLAS calls (one per
+    // image, batched over the heads) store the product into the permuted output, the epilogue adds the bias there.
+    let mut g = ComputeGraph::new("heads");
+    let x = g.add_input("x", DType::F32, [2, 4, 8]).unwrap();
+    let wq = g.add_input("wq", DType::F32, [8, 8]).unwrap();
+    let wk = g.add_input("wk", DType::F32, [8, 8]).unwrap();
+    let b = g.add_input("b", DType::F32, [8]).unwrap();
+    let mut heads = |name: &str, w: TensorId, perm: Vec<usize>| {
+        let m = node(&mut g, &format!("{name}.mm"), Op::MatMul, &[x, w]);
+        let a = node(&mut g, &format!("{name}.bias"), Op::Add, &[m, b]);
+        let r = node(&mut g, &format!("{name}.view"), Op::Reshape { shape: vec![2, 4, 2, 4], allowzero: false }, &[a]);
+        node(&mut g, &format!("{name}.t"), Op::Transpose { perm: Some(perm) }, &[r])
+    };
+    let q = heads("q", wq, vec![0, 2, 1, 3]);
+    let k = heads("k", wk, vec![0, 2, 3, 1]);
+    let q = node(&mut g, "q.relu", Op::Relu, &[q]);
+    // A value projection without a bias: the stored product is the output, nothing to launch after cuBLAS.
+    let wv = g.add_input("wv", DType::F32, [8, 8]).unwrap();
+    let vm = node(&mut g, "v.mm", Op::MatMul, &[x, wv]);
+    let vr = node(&mut g, "v.view", Op::Reshape { shape: vec![2, 4, 2, 4], allowzero: false }, &[vm]);
+    let v = node(&mut g, "v.t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[vr]);
+    g.mark_output(q).unwrap();
+    g.mark_output(k).unwrap();
+    g.mark_output(v).unwrap();
+    let (xv, wqv, wkv, bv) = (seq(64, 0.1, 0.0), seq(64, 0.05, 0.1), seq(64, 0.07, -0.1), seq(8, 0.3, 0.0));
+    let wvv = seq(64, 0.03, 0.2);
+    let data = [("x", f(&xv)), ("wq", f(&wqv)), ("wk", f(&wkv)), ("b", f(&bv)), ("wv", f(&wvv))];
+    let caps = codegen::fusion_caps();
+    let plan =
+        ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps.clone()), ..PlanOptions::default() })
+            .unwrap();
+    let sources = codegen::generate_all(&plan).unwrap();
+    let calls: Vec<usize> =
+        sources.iter().filter_map(|s| s.blas.filter(|b| b.store.is_some()).map(|b| b.call_count())).collect();
+    assert_eq!(calls, vec![2, 2, 2], "one stored product per projection, a call per image");
+    let launched = sources.iter().filter(|s| s.launch != codegen::Launch::None).count();
+    assert_eq!(launched, 2, "the bias-free projection launches no epilogue");
+    let Some(out) = run_caps("heads", &g, 1, &data, caps, Some(3)) else { return };
+    let y = |w: &[f32], bi: usize, si: usize, n: usize| -> f32 {
+        (0..8).map(|l| xv[(bi * 4 + si) * 8 + l] * w[l * 8 + n]).sum::<f32>() + bv[n]
+    };
+    let (mut wq_out, mut wk_out) = (vec![0f32; 64], vec![0f32; 64]);
+    for bi in 0..2 {
+        for h in 0..2 {
+            for si in 0..4 {
+                for d in 0..4 {
+                    let n = h * 4 + d;
+                    wq_out[((bi * 2 + h) * 4 + si) * 4 + d] = y(&wqv, bi, si, n).max(0.0);
+                    wk_out[((bi * 2 + h) * 4 + d) * 4 + si] = y(&wkv, bi, si, n);
+                }
+            }
+        }
+    }
+    close("query heads", &out[&g.tensor(q).name], &wq_out);
+    close("key heads", &out[&g.tensor(k).name], &wk_out);
+    let mut wv_out = vec![0f32; 64];
+    for bi in 0..2 {
+        for h in 0..2 {
+            for si in 0..4 {
+                for d in 0..4 {
+                    let n = h * 4 + d;
+                    wv_out[((bi * 2 + h) * 4 + si) * 4 + d] =
+                        (0..8).map(|l| xv[(bi * 4 + si) * 8 + l] * wvv[l * 8 + n]).sum();
+                }
+            }
+        }
+    }
+    close("value heads", &out[&g.tensor(v).name], &wv_out);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use graph_plan::op::{ConvAttrs, PadMode, PoolAttrs};
 use graph_plan::{Access, BufferRef, DType, Kernel, Op, Shape, ValueId};
 
-use super::attention;
+use super::{attention, layout};
 use super::{unsupported, value_checked, Buffers, KernelSource, Launch, ELEMENT_BLOCK, ENTRY};
 use crate::error::CudaResult;
 
@@ -105,11 +105,30 @@ pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef, DT
     generate_with(kernel, blas_out, None)
 }
 
+/// [`generate`], with the product stored by cuBLAS in a permuted output: element `i` of the product is read at
+/// the offset its [`layout::Factors`] give (the output element the thread writes).
+pub(crate) fn generate_stored(
+    kernel: &Kernel,
+    blas_out: (ValueId, BufferRef, DType),
+    factors: layout::Factors,
+) -> CudaResult<KernelSource> {
+    generate_full(kernel, Some(blas_out), Some(factors), None)
+}
+
 /// [`generate`], with the chain of a fused attention kernel, whose output the thread computes with an online
 /// softmax ([`attention::output_at`]) instead of forming the chain's intermediates.
 pub(crate) fn generate_with(
     kernel: &Kernel,
     blas_out: Option<(ValueId, BufferRef, DType)>,
+    chain: Option<attention::Chain>,
+) -> CudaResult<KernelSource> {
+    generate_full(kernel, blas_out, None, chain)
+}
+
+fn generate_full(
+    kernel: &Kernel,
+    blas_out: Option<(ValueId, BufferRef, DType)>,
+    blas_layout: Option<layout::Factors>,
     chain: Option<attention::Chain>,
 ) -> CudaResult<KernelSource> {
     let mut bufs = Buffers::of(kernel)?;
@@ -138,6 +157,7 @@ pub(crate) fn generate_with(
     };
     let mut e = Emitter::new(kernel, &bufs, blas)?;
     e.attention = chain;
+    e.blas_layout = blas_layout;
     // Outputs grouped by element count: one guarded block per count, sharing memoised values inside it.
     let mut groups: Vec<(usize, Vec<(ValueId, usize)>)> = Vec::new();
     for (pi, p) in kernel.params.iter().enumerate() {
@@ -195,6 +215,8 @@ pub(crate) struct Emitter<'k> {
     read_buf: HashMap<ValueId, usize>,
     buf_dtype: Vec<DType>,
     blas: Option<(ValueId, usize)>,
+    /// Where the cuBLAS product's elements lie in its buffer when it is stored permuted (else at their index).
+    blas_layout: Option<layout::Factors>,
     pub(crate) out: String,
     pub(crate) indent: usize,
     memo: Vec<HashMap<(ValueId, String), String>>,
@@ -241,6 +263,7 @@ impl<'k> Emitter<'k> {
             read_buf,
             buf_dtype: bufs.dtype.clone(),
             blas,
+            blas_layout: None,
             out: String::new(),
             indent: 0,
             memo: vec![HashMap::new()],
@@ -354,6 +377,27 @@ impl<'k> Emitter<'k> {
         }
     }
 
+    /// The offset of element `idx` placed by `factors` (`layout::Factors`), as a C expression.
+    fn placed(idx: &str, factors: &[(usize, usize)]) -> String {
+        let mut terms = Vec::with_capacity(factors.len());
+        let mut inner = 1usize;
+        for (i, &(e, s)) in factors.iter().enumerate().rev() {
+            let c = match (inner, i) {
+                (1, 0) => idx.to_owned(),
+                (1, _) => format!("({idx} % {e}LL)"),
+                (_, 0) => format!("({idx} / {inner}LL)"),
+                _ => format!("(({idx} / {inner}LL) % {e}LL)"),
+            };
+            terms.push(if s == 1 { c } else { format!("{c} * {s}LL") });
+            inner *= e;
+        }
+        if terms.is_empty() {
+            "0LL".to_owned()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
     /// The index into `from` (broadcast, numpy rules) that element `idx` of `to` reads.
     pub(crate) fn broadcast_index(&mut self, idx: &str, to: &[usize], from: &[usize]) -> String {
         if to == from {
@@ -393,7 +437,11 @@ impl<'k> Emitter<'k> {
         if let Some((bv, b)) = self.blas {
             if bv == instr.outputs[pos] {
                 let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
-                let p = self.def("float", "v", &load(&format!("b{b}"), idx, pd));
+                let at = match self.blas_layout.clone() {
+                    Some(f) => self.def("long long", "t", &Self::placed(idx, &f)),
+                    None => idx.to_owned(),
+                };
+                let p = self.def("float", "v", &load(&format!("b{b}"), &at, pd));
                 if let (Op::Gemm { beta, .. }, Some(_)) = (&instr.op, instr.inputs.get(2)) {
                     let (cv, c) = input(2)?;
                     let ci = self.broadcast_index(idx, &oshape, c.shape.dims());

@@ -23,11 +23,14 @@
 
 pub(crate) mod attention;
 pub(crate) mod emit;
+pub(crate) mod layout;
 pub(crate) mod reduce;
+
+pub use layout::Store as PermutedStore;
 
 use graph_plan::{Access, BufferRef, DType, ExecutionPlan, FusionCaps, GroupKind, Kernel, KernelId, Op, ValueId};
 
-use crate::blas::{GemmType, GemmTypes, Matmul};
+use crate::blas::{ColMajorGemm, GemmType, GemmTypes, Matmul};
 use crate::device::ParamKind;
 use crate::error::{CudaError, CudaResult};
 
@@ -90,6 +93,54 @@ pub struct BlasStep {
     pub b: BufferRef,
     /// Where the product goes.
     pub c: BufferRef,
+    /// With a permuted epilogue: the product stored straight into the permuted output, one strided batch over
+    /// the heads per batch index ([`layout`]); `matmul` still describes the product.
+    pub store: Option<PermutedStore>,
+}
+
+/// One cuBLAS call of a [`BlasStep`]: a column-major GEMM and its operands in `Blas::gemm`'s order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BlasCall {
+    /// The call.
+    pub gemm: ColMajorGemm,
+    /// Column-major A.
+    pub a: BufferRef,
+    /// Column-major B.
+    pub b: BufferRef,
+    /// C.
+    pub c: BufferRef,
+}
+
+impl BlasStep {
+    /// The calls that compute the product, in order: the one row-major product with its operands swapped
+    /// (`Matmul::to_col_major`), or a permuted store's call per batch index, each on its part of the buffers.
+    /// The executor and the host emulator both run exactly these.
+    #[must_use]
+    pub fn calls(&self) -> Vec<BlasCall> {
+        let Some(s) = self.store else {
+            return vec![BlasCall { gemm: self.matmul.to_col_major(), a: self.b, b: self.a, c: self.c }];
+        };
+        (0..s.outer)
+            .map(|o| {
+                let x = skip(self.a, o.saturating_mul(s.outer_stride_x).saturating_mul(s.gemm.types.ab.size()));
+                let c = skip(self.c, o.saturating_mul(s.outer_stride_c).saturating_mul(s.gemm.types.c.size()));
+                let (a, b) = if s.weight_first { (self.b, x) } else { (x, self.b) };
+                BlasCall { gemm: s.gemm, a, b, c }
+            })
+            .collect()
+    }
+
+    /// How many cuBLAS calls [`BlasStep::calls`] makes.
+    #[must_use]
+    pub fn call_count(&self) -> usize {
+        self.store.map_or(1, |s| s.outer)
+    }
+}
+
+/// `r` without its first `bytes` bytes (empty past its end: the call's extent check then refuses it).
+fn skip(r: BufferRef, bytes: usize) -> BufferRef {
+    let b = u64::try_from(bytes).unwrap_or(u64::MAX).min(r.bytes);
+    BufferRef { region: r.region, offset: r.offset + b, bytes: r.bytes - b }
 }
 
 /// The generated code of one plan kernel.
@@ -134,11 +185,10 @@ pub fn fusion_caps() -> FusionCaps {
         multi_output: true,
         // The per-element emitter indexes every value in its own shape, data movement included.
         injective_fusion: true,
-        // A permuted epilogue is generated correctly (the per-element kernel indexes the product through the
-        // permutation), but the cuBLAS call cannot yet write a permuted C (no leading dimensions or batch
-        // strides on the output), so such an anchor falls back to the per-element product: slower on a GPU
-        // than cuBLAS plus a transpose launch. Off until the cuBLAS step takes an output layout.
-        layout_epilogue: false,
+        // cuBLAS stores the product straight into the permuted output when the permutation leaves it a strided
+        // batch of matrices (head splits, a transposed key: [`layout`]); the epilogue reads it in place. Other
+        // permutations fall back to the per-element product, which indexes through them.
+        layout_epilogue: true,
         // Selections in an epilogue route parts of the product to outputs of their own: the same output-layout
         // limit of the cuBLAS step as above.
         select_epilogue: false,
@@ -362,6 +412,14 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some(mut mm) = spec else {
         return Ok(None);
     };
+    // A permuted epilogue: cuBLAS stores the product straight into the permuted output, where the epilogue reads
+    // it at the index it writes.
+    if !matches!(first.op, Op::Conv(_)) && !trans_a && !trans_b {
+        let operands = Operands { mm: &mm, has_c, ab, vy, y, a, b, pa: pa.buffer, pb: pb.buffer };
+        if let Some(src) = permuted_anchor(kernel, &operands)? {
+            return Ok(Some(src));
+        }
+    }
     // Where the product lands: the anchor output's own buffer, or (fused epilogue) the buffer of a final output
     // of the same shape, which the epilogue then rewrites in place element by element: one of the anchor's dtype,
     // else an f32 one (a half anchor cast to f32), which takes the product unrounded (see `BlasStep`).
@@ -408,7 +466,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     {
         return Ok(None);
     }
-    let blas = BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf };
+    let blas = BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None };
     let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
         return Ok(Some(KernelSource {
@@ -423,6 +481,81 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         }));
     }
     let mut src = emit::generate(kernel, Some((vy, c_buf, c_dtype)))?;
+    src.blas = Some(blas);
+    Ok(Some(src))
+}
+
+/// A MatMul/Gemm anchor's product and operands, as `blas_anchor` found them.
+struct Operands<'a> {
+    mm: &'a Matmul,
+    has_c: bool,
+    ab: GemmType,
+    vy: ValueId,
+    y: &'a graph_plan::Value,
+    a: &'a graph_plan::Value,
+    b: &'a graph_plan::Value,
+    pa: BufferRef,
+    pb: BufferRef,
+}
+
+/// The anchor as cuBLAS calls that store the product in its permuted output ([`layout`]) plus the epilogue that
+/// rewrites it there in place, when the chain permutes and the placement is a strided batch of matrices: the
+/// weight a plain matrix, the activation's batch dims the product's. `None` otherwise (the caller goes on).
+fn permuted_anchor(kernel: &Kernel, op: &Operands<'_>) -> CudaResult<Option<KernelSource>> {
+    let Some((vo, factors)) = layout::permuted_output(kernel, op.vy) else {
+        return Ok(None);
+    };
+    let (ad, bd, yd) = (op.a.shape.dims(), op.b.shape.dims(), op.y.shape.dims());
+    if bd.len() != 2 || ad.len() != yd.len() || yd.len() < 2 || ad[..ad.len() - 2] != yd[..yd.len() - 2] {
+        return Ok(None);
+    }
+    let o = value_checked(kernel, vo)?;
+    let Some(po) = kernel.param_of(vo, Access::Write) else {
+        return Ok(None);
+    };
+    // The product lands in the output's buffer: in the anchor's dtype, or in f32 (a half anchor cast to f32 at
+    // the end; the epilogue rounds it to the anchor's dtype first, see `BlasStep`).
+    if o.dtype != op.y.dtype && o.dtype != DType::F32 {
+        return Ok(None);
+    }
+    let Some(c_type) = GemmType::of(o.dtype) else {
+        return Ok(None);
+    };
+    if (op.has_c && c_type != GemmType::F32)
+        || kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&po.buffer))
+    {
+        return Ok(None);
+    }
+    let types = GemmTypes { ab: op.ab, c: c_type };
+    let Some(mut store) = layout::Store::of(&yd[..yd.len() - 2], op.mm.m, op.mm.n, op.mm.k, &factors, types) else {
+        return Ok(None);
+    };
+    store.gemm.alpha = op.mm.alpha;
+    let matmul = Matmul { types, ..*op.mm };
+    let blas = BlasStep { matmul, a: op.pa, b: op.pb, c: po.buffer, store: Some(store) };
+    let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
+    if blas.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
+        return Ok(None);
+    }
+    // Nothing but the layout after the product: the stored product is the output, no epilogue to launch.
+    let only_layout = kernel
+        .body
+        .iter()
+        .skip(1)
+        .all(|i| i.op.category() == graph_plan::ir::OpCategory::View || matches!(i.op, Op::Transpose { .. }));
+    if only_layout && !op.has_c && o.dtype == op.y.dtype {
+        return Ok(Some(KernelSource {
+            kernel: kernel.id,
+            name: kernel.name.clone(),
+            entry: String::new(),
+            source: String::new(),
+            params: Vec::new(),
+            args: Vec::new(),
+            launch: Launch::None,
+            blas: Some(blas),
+        }));
+    }
+    let mut src = emit::generate_stored(kernel, (op.vy, po.buffer, o.dtype), factors)?;
     src.blas = Some(blas);
     Ok(Some(src))
 }

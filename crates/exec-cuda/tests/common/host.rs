@@ -363,14 +363,16 @@ fn build(cxx: &str, dir: &Path, sources: &[&KernelSource]) -> PathBuf {
     exe
 }
 
-/// A cuBLAS step on the host: the column-major call `Blas::matmul` makes (operands swapped), through
+/// A cuBLAS step on the host: the column-major calls the executor makes (`BlasStep::calls`), each through
 /// `ColMajorGemm::host_reference` (f32, or f16/bf16 operands widened to f32, an f32 sum, one rounding to C's type
 /// on the store), so that the emulated plans exercise the same mapping, byte-extent checks and types as the
-/// device call.
+/// device calls.
 fn host_matmul(regions: &mut HostRegions, b: &codegen::BlasStep) {
-    let g = b.matmul.to_col_major();
-    let (a, bb) = (regions.bytes(b.a).to_vec(), regions.bytes(b.b).to_vec());
-    g.host_reference(&bb, &a, regions.bytes_mut(b.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+    for call in b.calls() {
+        let (a, bb) = (regions.bytes(call.a).to_vec(), regions.bytes(call.b).to_vec());
+        let g = call.gemm;
+        g.host_reference(&a, &bb, regions.bytes_mut(call.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+    }
 }
 
 fn run_kernel(exe: &Path, dir: &Path, index: usize, src: &codegen::KernelSource, regions: &mut HostRegions) {

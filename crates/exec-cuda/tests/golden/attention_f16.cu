@@ -12,51 +12,53 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
     return (unsigned short)(u >> 16);
 }
 
-extern "C" __global__ void cuplan_kernel(const unsigned short* __restrict__ b0, const unsigned short* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const unsigned short* __restrict__ b4, unsigned short* __restrict__ b5) {
+extern "C" __global__ void cuplan_kernel(const unsigned short* __restrict__ b0, const unsigned short* __restrict__ b1, const float* __restrict__ b2, const float* __restrict__ b3, const unsigned short* __restrict__ b4, float* __restrict__ b5) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < 40LL) {
-        const float v1 = b2[0LL];
-        const long long t2 = i / 20LL;
-        const long long t3 = (i / 4LL) % 5LL;
-        const long long t4 = i % 4LL;
-        float m5 = -__int_as_float(0x7f800000), l6 = 0.0f, acc7 = 0.0f;
-        for (long long j8 = 0; j8 < 5LL; j8 += 64LL) {
-            const long long n9 = min(64LL, 5LL - j8);
-            float m10 = -__int_as_float(0x7f800000);
-            float s11[64];
-            for (long long j12 = 0; j12 < n9; ++j12) {
-                const long long t13 = j8 + j12;
-                float dot14 = 0.0f;
-                for (long long k15 = 0; k15 < 4LL; ++k15) {
-                    const long long t16 = (t2 * 5LL + t3) * 4LL + k15;
-                    const long long t17 = (t2 * 4LL + k15) * 5LL + t13;
-                    const float v18 = h2f(b0[t16]);
-                    const float v19 = h2f(b1[t17]);
-                    dot14 += v18 * v19;
+        const long long t1 = ((i / 8LL) % 5LL) * 4LL + ((i / 4LL) % 2LL) * 20LL + (i % 4LL) * 1LL;
+        const float v2 = b2[0LL];
+        const long long t3 = t1 / 20LL;
+        const long long t4 = (t1 / 4LL) % 5LL;
+        const long long t5 = t1 % 4LL;
+        float m6 = -__int_as_float(0x7f800000), l7 = 0.0f, acc8 = 0.0f;
+        for (long long j9 = 0; j9 < 5LL; j9 += 64LL) {
+            const long long n10 = min(64LL, 5LL - j9);
+            float m11 = -__int_as_float(0x7f800000);
+            float s12[64];
+            for (long long j13 = 0; j13 < n10; ++j13) {
+                const long long t14 = j9 + j13;
+                float dot15 = 0.0f;
+                for (long long k16 = 0; k16 < 4LL; ++k16) {
+                    const long long t17 = (t3 * 5LL + t4) * 4LL + k16;
+                    const long long t18 = (t3 * 4LL + k16) * 5LL + t14;
+                    const float v19 = h2f(b0[t17]);
+                    const float v20 = h2f(b1[t18]);
+                    dot15 += v19 * v20;
                 }
-                dot14 = dot14 / v1;
-                const long long t20 = (t2 * 5LL + t3) * 5LL + t13;
-                const long long t21 = (t20 % 5LL);
-                const float v22 = b3[t21];
-                dot14 = dot14 + v22;
-                s11[j12] = dot14;
-                if (dot14 > m10 || dot14 != dot14) m10 = dot14;
+                dot15 = dot15 / v2;
+                const long long t21 = (t3 * 5LL + t4) * 5LL + t14;
+                const long long t22 = (t21 % 5LL);
+                const float v23 = b3[t22];
+                dot15 = dot15 + v23;
+                s12[j13] = dot15;
+                if (dot15 > m11 || dot15 != dot15) m11 = dot15;
             }
-            const float m23 = (m5 != m5 || m10 != m10) ? __int_as_float(0x7fc00000) : fmaxf(m5, m10);
-            if (m23 == -__int_as_float(0x7f800000)) continue;
-            const float c24 = m5 == -__int_as_float(0x7f800000) ? 0.0f : expf(m5 - m23);
-            l6 *= c24;
-            acc7 *= c24;
-            for (long long j25 = 0; j25 < n9; ++j25) {
-                const float p26 = expf(s11[j25] - m23);
-                l6 += p26;
-                const long long t27 = (t2 * 5LL + j8 + j25) * 4LL + t4;
-                const float v28 = h2f(b4[t27]);
-                acc7 += p26 * v28;
+            const float m24 = (m6 != m6 || m11 != m11) ? __int_as_float(0x7fc00000) : fmaxf(m6, m11);
+            if (m24 == -__int_as_float(0x7f800000)) continue;
+            const float c25 = m6 == -__int_as_float(0x7f800000) ? 0.0f : expf(m6 - m24);
+            l7 *= c25;
+            acc8 *= c25;
+            for (long long j26 = 0; j26 < n10; ++j26) {
+                const float p27 = expf(s12[j26] - m24);
+                l7 += p27;
+                const long long t28 = (t3 * 5LL + j9 + j26) * 4LL + t5;
+                const float v29 = h2f(b4[t28]);
+                acc8 += p27 * v29;
             }
-            m5 = m23;
+            m6 = m24;
         }
-        const float v29 = h2f(f2h(acc7 / l6));
-        b5[i] = f2h(v29);
+        const float v30 = h2f(f2h(acc8 / l7));
+        const float v31 = (float)(v30);
+        b5[i] = v31;
     }
 }
