@@ -25,7 +25,7 @@
 
 use graph_ir::op::MemSpace;
 use graph_ir::shape::normalize_axis;
-use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, OpCost, Shape, TensorId};
+use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, OpCost, Shape};
 
 use crate::device::{DeviceProfile, Grid, LaunchEstimate};
 use crate::fusion::{FusedGroup, GroupKind};
@@ -37,7 +37,7 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
     for &n in &group.nodes {
         flops = flops.saturating_add(graph.node_cost(n).flops);
     }
-    let read: u64 = group.inputs.iter().map(|&t| input_read_bytes(graph, group, t)).fold(0, u64::saturating_add);
+    let read: u64 = input_read_bytes(graph, group).into_iter().fold(0, u64::saturating_add);
     let written: u64 = group.outputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).fold(0, u64::saturating_add);
     let cost = OpCost { flops, bytes_read: read, bytes_written: written };
     let dtype = group.outputs.first().map_or(DType::F32, |&t| graph.tensor(t).dtype);
@@ -58,30 +58,35 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
     (cost, est)
 }
 
-/// The bytes the kernel reads of its input `t`: all of them, unless every member reading `t` picks parts of it
-/// (`graph_ir::cost::operand_read_bytes`: Gathers from a table, Slices), then at most what those members write.
-fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup, t: TensorId) -> u64 {
-    let whole = graph.tensor(t).size_bytes() as u64;
-    let mut picked = 0u64;
-    for &n in graph.consumers(t) {
-        if !group.nodes.contains(&n) {
-            continue;
-        }
+/// The bytes the kernel reads of each of its inputs (in `group.inputs`' order): all of an input, unless every
+/// member reading it picks parts of it (`graph_ir::cost::operand_read_bytes`: Gathers from a table, Slices), then
+/// at most what those members write. One pass over the members' operands, so a tensor read by many nodes
+/// outside the group (a weight shared across a graph) costs nothing here.
+fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup) -> Vec<u64> {
+    let whole: Vec<u64> = group.inputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).collect();
+    // Per input: the parts its readers pick so far, `None` once a member reads it whole.
+    let mut picked: Vec<Option<u64>> = vec![Some(0); group.inputs.len()];
+    for &n in &group.nodes {
         let node = graph.node(n);
-        let out: u64 = node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum();
-        for (i, _) in node.inputs.iter().enumerate().filter(|(_, &x)| x == t) {
-            let part = graph_ir::cost::operand_read_bytes(&node.op, i, whole, out);
-            if part == whole {
-                return whole;
-            }
-            picked = picked.saturating_add(part);
+        let mut out = None;
+        for (i, &x) in node.inputs.iter().enumerate() {
+            let Some(k) = group.inputs.iter().position(|&t| t == x) else { continue };
+            let Some(sum) = picked[k] else { continue };
+            let out = *out.get_or_insert_with(|| {
+                node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum::<u64>()
+            });
+            let part = graph_ir::cost::operand_read_bytes(&node.op, i, whole[k], out);
+            picked[k] = (part != whole[k]).then(|| sum.saturating_add(part));
         }
     }
-    if picked == 0 {
-        whole
-    } else {
-        picked.min(whole)
-    }
+    whole
+        .iter()
+        .zip(picked)
+        .map(|(&w, p)| match p {
+            Some(p) if p > 0 => p.min(w),
+            _ => w,
+        })
+        .collect()
 }
 
 fn copies_host(graph: &ComputeGraph, group: &FusedGroup) -> bool {
