@@ -539,6 +539,47 @@ fn projections_store_their_heads_through_cublas() {
 }
 
 #[test]
+fn packed_qkv_stores_every_part_through_cublas() {
+    // A vision transformer's packed projection at batch 2: x [2,4,6] * w [6,24] + b, Reshape [2,4,3,2,4] (part,
+    // head, d), Transpose (2,0,3,1,4) -> [3,2,2,4,4]. One kernel: cuBLAS calls over the parts, heads and images
+    // store the product into the permuted output, the bias is added there.
+    let mut g = ComputeGraph::new("qkv");
+    let x = g.add_input("x", DType::F32, [2, 4, 6]).unwrap();
+    let w = g.add_input("w", DType::F32, [6, 24]).unwrap();
+    let b = g.add_input("b", DType::F32, [24]).unwrap();
+    let m = node(&mut g, "qkv.mm", Op::MatMul, &[x, w]);
+    let a = node(&mut g, "qkv.bias", Op::Add, &[m, b]);
+    let r = node(&mut g, "qkv.view", Op::Reshape { shape: vec![2, 4, 3, 2, 4], allowzero: false }, &[a]);
+    let t = node(&mut g, "qkv.t", Op::Transpose { perm: Some(vec![2, 0, 3, 1, 4]) }, &[r]);
+    g.mark_output(t).unwrap();
+    let (xv, wv, bv) = (seq(48, 0.1, 0.0), seq(144, 0.05, 0.1), seq(24, 0.3, 0.0));
+    let data = [("x", f(&xv)), ("w", f(&wv)), ("b", f(&bv))];
+    let caps = codegen::fusion_caps();
+    let plan =
+        ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps.clone()), ..PlanOptions::default() })
+            .unwrap();
+    let sources = codegen::generate_all(&plan).unwrap();
+    let store = sources.iter().find_map(|s| s.blas.and_then(|b| b.store)).expect("a stored product");
+    assert_eq!(store.gemm.batch * store.calls(), 12, "3 parts x 2 heads x 2 images");
+    let Some(out) = run_caps("qkv", &g, 1, &data, caps, Some(1)) else { return };
+    let mut want = vec![0f32; 192];
+    for bi in 0..2 {
+        for si in 0..4 {
+            for part in 0..3 {
+                for h in 0..2 {
+                    for d in 0..4 {
+                        let n = (part * 2 + h) * 4 + d;
+                        let acc: f32 = (0..6).map(|l| xv[(bi * 4 + si) * 6 + l] * wv[l * 24 + n]).sum();
+                        want[(((part * 2 + bi) * 2 + h) * 4 + si) * 4 + d] = acc + bv[n];
+                    }
+                }
+            }
+        }
+    }
+    close("packed qkv", &out[&g.tensor(t).name], &want);
+}
+
+#[test]
 fn mlp_runs_through_cublas_steps() {
     let g = synth::mlp(2, 8, 3).unwrap();
     let names: Vec<(String, usize)> = g

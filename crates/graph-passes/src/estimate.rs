@@ -72,9 +72,8 @@ fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup) -> Vec<u64> {
         for (i, &x) in node.inputs.iter().enumerate() {
             let Some(k) = group.inputs.iter().position(|&t| t == x) else { continue };
             let Some(sum) = picked[k] else { continue };
-            let out = *out.get_or_insert_with(|| {
-                node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum::<u64>()
-            });
+            let out = *out
+                .get_or_insert_with(|| node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum::<u64>());
             let part = graph_ir::cost::operand_read_bytes(&node.op, i, whole[k], out);
             picked[k] = (part != whole[k]).then(|| sum.saturating_add(part));
         }

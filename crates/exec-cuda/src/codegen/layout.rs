@@ -1,15 +1,19 @@
 //! Products that cuBLAS stores in a permuted layout (`FusionCaps::layout_epilogue`).
 //!
 //! A projection whose epilogue ends in a head split (`[B,S,H*D] -> Reshape [B,S,H,D] -> Transpose [B,H,S,D]`, or
-//! `[B,H,D,S]` for a transposed key) writes its product straight into the permuted output: for each batch index,
-//! one strided-batched GEMM over the heads, each head's `S x D` block of the product landing at its place in the
-//! output (`ldc` the output's row stride, `strideC` its head stride; or, with the sequence axis innermost, the
-//! block written column-major). The epilogue kernel then reads the product where the output element it writes
-//! lives (the same index: in place, no thread reads another's element) and applies the bias, activation and
-//! casts there. No launch moves the bytes and no buffer holds the unpermuted product.
+//! `[B,H,D,S]` for a transposed key, or a packed `[3,B,H,S,D]`) writes its product straight into the permuted
+//! output. The product's index space is refined into factors, each with its stride in the output
+//! ([`Factors`]); one call's matrix is the innermost column factor by the innermost row factor (`ldc` the
+//! other's output stride: the block written row-major, or column-major when the sequence axis is innermost), the
+//! largest other factor is the call's strided batch (the heads, say: `strideC` their output stride, the weight's
+//! columns or the activation's rows their operand stride), and the rest are loops of calls (the images of a
+//! batch, the parts of a packed projection). The epilogue kernel then reads the product where the output element
+//! it writes lives (the same index: in place, no thread reads another's element) and applies the bias,
+//! activation and casts there. No launch moves the bytes and no buffer holds the unpermuted product.
 //!
-//! [`Store::of`] finds the chain (elementwise ops and layout ops from the product to the kernel's one output) and
-//! the product's placement in that output; `codegen::blas_anchor` turns it into the calls ([`Store::calls`]).
+//! [`permuted_output`] finds the chain (elementwise ops and layout ops from the product to the kernel's one
+//! output) and the product's placement in it; [`Store::of`] turns the placement into the call and its loops,
+//! `codegen::BlasStep::calls` into the calls with their operands.
 
 use graph_plan::ir::OpCategory;
 use graph_plan::{Access, Kernel, Op, ValueId};
@@ -20,21 +24,40 @@ use crate::blas::{ColMajorGemm, GemmTypes};
 /// factors `(extent, element stride)`, outermost first, extents above 1 (their product is the element count).
 pub(crate) type Factors = Vec<(usize, usize)>;
 
-/// A product stored in a permuted layout: the column-major call for one batch index (a strided batch over the
-/// heads), repeated for every batch index of the product.
+/// Most loops of calls around a [`Store`]'s strided batch.
+pub const MAX_LOOPS: usize = 4;
+
+/// Most cuBLAS calls one stored product may take; a placement that needs more keeps the per-element product.
+pub const MAX_CALLS: usize = 256;
+
+/// A loop of calls around a [`Store`]'s GEMM: `count` calls, each this many elements further into the
+/// activation, the weight and C.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Loop {
+    /// Iterations.
+    pub count: usize,
+    /// Element step of the activation (a batch index or a block of rows).
+    pub x: usize,
+    /// Element step of the weight (a block of its columns).
+    pub w: usize,
+    /// Element step of the output.
+    pub c: usize,
+}
+
+/// A product stored in a permuted layout: one column-major GEMM over a strided batch (one factor of the
+/// placement: the heads, say), repeated over the other factors' loops (batch indices, the parts of a packed
+/// projection).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Store {
-    /// One call (operands in `Blas::gemm`'s order: see `weight_first`), batch over the heads.
+    /// One call (operands in `Blas::gemm`'s order: see `weight_first`).
     pub gemm: ColMajorGemm,
-    /// The column-major A is the weight (a head's block of its columns) and B the activation; else A is the
+    /// The column-major A is the weight (a block of its columns) and B the activation; else A is the
     /// activation (transposed) and B the weight, and C is written with the product's rows innermost.
     pub weight_first: bool,
-    /// Calls: one per index of the product's batch dims.
-    pub outer: usize,
-    /// Elements between consecutive calls' activation matrices.
-    pub outer_stride_x: usize,
-    /// Elements between consecutive calls' first output elements.
-    pub outer_stride_c: usize,
+    /// The loops around the call, outermost first; `loops[..nloops]` are used.
+    pub loops: [Loop; MAX_LOOPS],
+    /// How many of `loops` are used.
+    pub nloops: usize,
 }
 
 /// The chain from a product to the kernel's output when it permutes: the written value and the product's
@@ -141,24 +164,31 @@ pub(crate) fn split_into(factors: &[(usize, usize)], dims: &[usize]) -> Option<V
     rest.is_empty().then_some(groups)
 }
 
-/// Merges adjacent factors that are one contiguous run (`outer stride = inner stride * inner extent`).
-fn merged(factors: &[(usize, usize)]) -> Factors {
-    let mut out: Factors = Vec::new();
-    for &(e, s) in factors.iter().rev() {
-        match out.last_mut() {
-            Some(last) if s == last.1 * last.0 => last.0 *= e,
-            _ => out.push((e, s)),
-        }
-    }
-    out.reverse();
-    out
+/// Which operand dimension a factor of the product's placement walks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Axis {
+    Batch,
+    Row,
+    Col,
+}
+
+/// A factor of the product's placement, with what one step of it moves in each operand.
+#[derive(Clone, Copy)]
+struct Step {
+    extent: usize,
+    /// Elements in the output.
+    c: usize,
+    /// Elements in the product's row-major index.
+    linear: usize,
+    axis: Axis,
 }
 
 impl Store {
     /// The calls that store the row-major product `x [batch.., m, k] * w [k, n]` (the weight without batch dims,
-    /// neither transposed) placed by `factors` (its [`Factors`] in the output). `None` when the placement is not
-    /// a strided batch of matrices with a unit stride: the product's rows must be one factor, its columns at most
-    /// two (heads, then the head's columns) with either the last or the rows' stride 1, its batch dims one run.
+    /// neither transposed) placed by `factors` (its [`Factors`] in the output). The matrix of one call is the
+    /// product's innermost column factor by its innermost row factor, one of them contiguous in the output
+    /// (else `None`); the largest other factor is the call's strided batch and the rest are loops of calls
+    /// ([`MAX_LOOPS`], [`MAX_CALLS`] at most, else `None`).
     pub(crate) fn of(
         batch: &[usize],
         m: usize,
@@ -170,24 +200,64 @@ impl Store {
         let mut dims = batch.to_vec();
         dims.extend([m, n]);
         let groups = split_into(factors, &dims)?;
-        let (cols, rows, outer) = (&groups[dims.len() - 1], &groups[dims.len() - 2], &groups[..dims.len() - 2]);
-        let outer = merged(&outer.concat());
-        let (outer, outer_stride_c) = match outer.as_slice() {
-            [] => (1, 0),
-            [(e, s)] => (*e, *s),
-            _ => return None,
+        let rank = dims.len();
+        let mut steps: Vec<Step> = Vec::with_capacity(factors.len());
+        for (d, group) in groups.iter().enumerate() {
+            let axis = match rank - 1 - d {
+                0 => Axis::Col,
+                1 => Axis::Row,
+                _ => Axis::Batch,
+            };
+            steps.extend(group.iter().map(|&(extent, c)| Step { extent, c, linear: 0, axis }));
+        }
+        let mut linear = 1usize;
+        for s in steps.iter_mut().rev() {
+            s.linear = linear;
+            linear = linear.checked_mul(s.extent)?;
+        }
+        // What a step moves: a batch index or rows of the activation, columns of the weight.
+        let moves = |s: &Step| -> (usize, usize) {
+            match s.axis {
+                Axis::Batch => (s.linear / (m * n) * (m * k), 0),
+                Axis::Row => (s.linear / n * k, 0),
+                Axis::Col => (0, s.linear),
+            }
         };
-        let (heads, head_stride, d, col_stride) = match cols.as_slice() {
-            [(d, sd)] => (1, 0, *d, *sd),
-            [(h, sh), (d, sd)] => (*h, *sh, *d, *sd),
-            _ => return None,
+        let col = steps.iter().position(|s| s.axis == Axis::Col && s.linear == 1)?;
+        let row = steps.iter().position(|s| s.axis == Axis::Row && s.linear == n);
+        let (d, d_stride) = (steps[col].extent, steps[col].c);
+        let (rows, row_stride) = row.map_or((1, None), |r| (steps[r].extent, Some(steps[r].c)));
+        let weight_first = if d_stride == 1 {
+            true
+        } else if row_stride == Some(1) || rows == 1 {
+            false
+        } else {
+            return None;
         };
-        // One row: its stride is never used; any value that keeps the call valid.
-        let row_stride = match rows.as_slice() {
-            [] => None,
-            [(_, s)] => Some(*s),
-            _ => return None,
+        let mut rest: Vec<Step> =
+            steps.iter().enumerate().filter(|&(i, _)| i != col && Some(i) != row).map(|(_, s)| *s).collect();
+        // The strided batch: the largest remaining factor; the others loop, in the output's order.
+        let batch_at = (0..rest.len()).max_by_key(|&i| (rest[i].extent, usize::MAX - i));
+        let (batch_count, stride_x, stride_w, stride_c) = match batch_at {
+            Some(i) => {
+                let b = rest.remove(i);
+                let (x, w) = moves(&b);
+                (b.extent, x, w, b.c)
+            }
+            None => (1, 0, 0, 0),
         };
+        if rest.len() > MAX_LOOPS {
+            return None;
+        }
+        let calls = rest.iter().try_fold(1usize, |acc, s| acc.checked_mul(s.extent))?;
+        if calls > MAX_CALLS {
+            return None;
+        }
+        let mut loops = [Loop::default(); MAX_LOOPS];
+        for (l, s) in loops.iter_mut().zip(&rest) {
+            let (x, w) = moves(s);
+            *l = Loop { count: s.extent, x, w, c: s.c };
+        }
         let base = ColMajorGemm {
             trans_a: false,
             trans_b: false,
@@ -197,24 +267,67 @@ impl Store {
             lda: 0,
             ldb: 0,
             ldc: 0,
-            batch: heads,
+            batch: batch_count,
             stride_a: 0,
             stride_b: 0,
-            stride_c: head_stride,
+            stride_c,
             alpha: 1.0,
             beta: 0.0,
             types,
         };
-        let gemm = if col_stride == 1 {
-            // C^T (d x m, column-major, ldc = the row stride) = W_h^T (d x k: W's columns h*d.., ld n) * X^T.
-            ColMajorGemm { m: d, n: m, lda: n, ldb: k, ldc: row_stride.unwrap_or(d), stride_a: d, ..base }
-        } else if row_stride == Some(1) || (row_stride.is_none() && m == 1) {
-            // C (m x d, column-major, ldc = the column stride) = X (row-major, so transposed) * W_h (transposed).
-            ColMajorGemm { trans_a: true, trans_b: true, m, n: d, lda: k, ldb: n, ldc: col_stride, stride_b: d, ..base }
+        let gemm = if weight_first {
+            // C^T (d x rows, column-major, ldc = the row stride) = W block^T (d x k, ld n) * X^T (k x rows, ld k).
+            ColMajorGemm {
+                m: d,
+                n: rows,
+                lda: n,
+                ldb: k,
+                ldc: row_stride.unwrap_or(d),
+                stride_a: stride_w,
+                stride_b: stride_x,
+                ..base
+            }
         } else {
-            return None;
+            // C (rows x d, column-major, ldc = the column stride) = X (row-major: transposed) * W block (transposed).
+            ColMajorGemm {
+                trans_a: true,
+                trans_b: true,
+                m: rows,
+                n: d,
+                lda: k,
+                ldb: n,
+                ldc: d_stride,
+                stride_a: stride_x,
+                stride_b: stride_w,
+                ..base
+            }
         };
-        Some(Store { gemm, weight_first: col_stride == 1, outer, outer_stride_x: m * k, outer_stride_c })
+        Some(Store { gemm, weight_first, loops, nloops: rest.len() })
+    }
+
+    /// The loops in use.
+    #[must_use]
+    pub fn loops(&self) -> &[Loop] {
+        &self.loops[..self.nloops.min(MAX_LOOPS)]
+    }
+
+    /// How many calls the loops make.
+    #[must_use]
+    pub fn calls(&self) -> usize {
+        self.loops().iter().map(|l| l.count).product()
+    }
+
+    /// The element offsets (activation, weight, output) of every call, in loop order (the last loop fastest).
+    #[must_use]
+    pub fn offsets(&self) -> Vec<(usize, usize, usize)> {
+        let mut out = vec![(0usize, 0usize, 0usize)];
+        for l in self.loops() {
+            out = out
+                .into_iter()
+                .flat_map(|(x, w, c)| (0..l.count).map(move |i| (x + i * l.x, w + i * l.w, c + i * l.c)))
+                .collect();
+        }
+        out
     }
 }
 
@@ -228,8 +341,6 @@ mod tests {
         assert_eq!(split_into(&[(4, 3), (6, 1)], &[2, 12]).unwrap(), vec![vec![(2, 6)], vec![(2, 3), (6, 1)]]);
         assert!(split_into(&[(6, 1)], &[4, 3]).is_none(), "4 does not divide 6's factors");
         assert!(split_into(&[(6, 1)], &[2, 2]).is_none(), "element counts differ");
-        assert_eq!(merged(&[(2, 12), (3, 4), (4, 1)]), vec![(24, 1)]);
-        assert_eq!(merged(&[(2, 1), (3, 2)]), vec![(2, 1), (3, 2)]);
     }
 
     #[test]
@@ -240,19 +351,26 @@ mod tests {
         assert!(s.weight_first);
         let g = s.gemm;
         assert_eq!((g.m, g.n, g.k, g.lda, g.ldb, g.ldc), (64, 128, 768, 768, 768, 64));
-        assert_eq!((g.batch, g.stride_a, g.stride_b, g.stride_c, s.outer), (12, 64, 0, 8192, 1));
+        assert_eq!((g.batch, g.stride_a, g.stride_b, g.stride_c, s.calls()), (12, 64, 0, 8192, 1));
         // The key's [1,12,64,128]: (s, h, d) at h*8192 + d*128 + s, the rows innermost.
         let s = Store::of(&[1], 128, 768, 768, &[(128, 1), (12, 8192), (64, 128)], t).unwrap();
         assert!(!s.weight_first);
         let g = s.gemm;
         assert_eq!((g.trans_a, g.trans_b, g.m, g.n, g.lda, g.ldb, g.ldc), (true, true, 128, 64, 768, 768, 128));
         assert_eq!((g.batch, g.stride_a, g.stride_b, g.stride_c), (12, 0, 64, 8192));
-        // Batch 2: one call per image.
+        // Batch 2, 2 heads of 4 (x [2,4,3], out [2,2,4,4]): of two factors of one extent the outer one is the
+        // strided batch (the images: 12 activation elements apart), the heads a loop (4 weight columns apart).
         let s = Store::of(&[2], 4, 8, 3, &[(2, 32), (4, 4), (2, 16), (4, 1)], t).unwrap();
-        assert_eq!((s.outer, s.outer_stride_x, s.outer_stride_c), (2, 12, 32));
+        assert_eq!((s.gemm.batch, s.gemm.stride_a, s.gemm.stride_b, s.gemm.stride_c), (2, 0, 12, 32));
+        assert_eq!(s.loops(), &[Loop { count: 2, x: 0, w: 4, c: 16 }]);
+        assert_eq!(s.offsets(), vec![(0, 0, 0), (0, 4, 16)]);
+        // A ViT's packed qkv [1,4,24] -> [1,4,3,2,4] -> [3,1,2,4,4]: (s, part, h, d) at part*32 + h*16 + s*4 + d.
+        // The parts (3) and heads (2): the parts are the batch, the heads a loop (the weight's columns 4 apart).
+        let s = Store::of(&[1], 4, 24, 5, &[(4, 4), (3, 32), (2, 16), (4, 1)], t).unwrap();
+        assert!(s.weight_first);
+        assert_eq!((s.gemm.batch, s.gemm.stride_a, s.gemm.stride_b, s.gemm.stride_c), (3, 8, 0, 32));
+        assert_eq!(s.offsets(), vec![(0, 0, 0), (0, 4, 16)]);
         // Neither the columns nor the rows contiguous: no cuBLAS layout.
         assert!(Store::of(&[1], 4, 8, 3, &[(4, 2), (8, 4)], t).is_none());
-        // Rows split across two places: not one matrix.
-        assert!(Store::of(&[1], 4, 8, 3, &[(2, 1), (2, 64), (8, 2)], t).is_none());
     }
 }

@@ -120,11 +120,14 @@ impl BlasStep {
         let Some(s) = self.store else {
             return vec![BlasCall { gemm: self.matmul.to_col_major(), a: self.b, b: self.a, c: self.c }];
         };
-        (0..s.outer)
-            .map(|o| {
-                let x = skip(self.a, o.saturating_mul(s.outer_stride_x).saturating_mul(s.gemm.types.ab.size()));
-                let c = skip(self.c, o.saturating_mul(s.outer_stride_c).saturating_mul(s.gemm.types.c.size()));
-                let (a, b) = if s.weight_first { (self.b, x) } else { (x, self.b) };
+        let (ab, c) = (s.gemm.types.ab.size(), s.gemm.types.c.size());
+        s.offsets()
+            .into_iter()
+            .map(|(xo, wo, co)| {
+                let x = skip(self.a, xo.saturating_mul(ab));
+                let w = skip(self.b, wo.saturating_mul(ab));
+                let c = skip(self.c, co.saturating_mul(c));
+                let (a, b) = if s.weight_first { (w, x) } else { (x, w) };
                 BlasCall { gemm: s.gemm, a, b, c }
             })
             .collect()
@@ -133,7 +136,7 @@ impl BlasStep {
     /// How many cuBLAS calls [`BlasStep::calls`] makes.
     #[must_use]
     pub fn call_count(&self) -> usize {
-        self.store.map_or(1, |s| s.outer)
+        self.store.map_or(1, |s| s.calls())
     }
 }
 
