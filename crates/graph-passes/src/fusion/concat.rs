@@ -115,7 +115,7 @@ impl Candidates {
 /// before the fusion phases, on the unfused order: a proxy for the fused plan's bound, which the pipeline driver
 /// still checks (`memory::concat_bound`, and a plan without eliminations when they raise it). All or none, as
 /// that check decides: the proxy only spares the driver a second fusion run where the eliminations will not be
-/// kept. O((N + E) log N) with a range-add, range-max tree.
+/// kept. O(N + E): range adds into a difference array, two prefix sweeps.
 fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mut Candidates) {
     if c.placed.is_empty() {
         return;
@@ -154,24 +154,24 @@ fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mu
             }
         }
     }
-    let mut tree = MaxAdd::new(n);
+    let mut live = Live::new(n);
     for (t, &(from, to)) in &span {
-        tree.add(from, to, bytes(t) as i128);
+        live.add(from, to, bytes(t) as i128);
     }
-    let bound = tree.max(0, n);
+    let bound = live.peak();
     let pos = |x: NodeId| order.position.get(x).copied().unwrap_or(0) as usize;
     for (id, inputs) in &c.placed {
         let (Some(&o), at) = (graph.node(id).outputs.first(), pos(id)) else { continue };
         let mut first = at;
         for &(t, _) in inputs {
             if let Some(&(f, e)) = span.get(t) {
-                tree.add(f, e, -(bytes(t) as i128));
+                live.add(f, e, -(bytes(t) as i128));
                 first = first.min(f);
             }
         }
-        tree.add(first, at, bytes(o) as i128);
+        live.add(first, at, bytes(o) as i128);
     }
-    let with = tree.max(0, n);
+    let with = live.peak();
     if with <= bound {
         return;
     }
@@ -185,100 +185,35 @@ fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mu
     }
 }
 
-/// Range add and range max over positions `0..n` (a lazy segment tree, bottom-up, no recursion).
-struct MaxAdd {
-    size: usize,
-    height: u32,
-    /// Per node: the max of its range, its own pending adds included.
-    t: Vec<i128>,
-    /// Per inner node: the add pending for its whole range.
-    d: Vec<i128>,
+/// Live bytes per node position: range adds into a difference array, read back by one prefix sweep (every add
+/// of a phase comes before its query, so no tree is needed). O(1) per add, O(n) per query.
+struct Live {
+    diff: Vec<i128>,
 }
 
-impl MaxAdd {
-    fn new(n: usize) -> MaxAdd {
-        let size = n.max(1).next_power_of_two();
-        MaxAdd { size, height: size.trailing_zeros(), t: vec![0; 2 * size], d: vec![0; size] }
+impl Live {
+    fn new(n: usize) -> Self {
+        Live { diff: vec![0; n + 1] }
     }
 
-    fn apply(&mut self, p: usize, v: i128) {
-        self.t[p] += v;
-        if p < self.size {
-            self.d[p] += v;
-        }
-    }
-
-    /// Recompute the ancestors of leaf-level node `p`.
-    fn rebuild(&mut self, mut p: usize) {
-        while p > 1 {
-            p >>= 1;
-            self.t[p] = self.t[2 * p].max(self.t[2 * p + 1]) + self.d[p];
-        }
-    }
-
-    /// Push the pending adds of `p`'s ancestors down to it.
-    fn push(&mut self, p: usize) {
-        for s in (1..=self.height).rev() {
-            let i = p >> s;
-            if self.d[i] != 0 {
-                let v = self.d[i];
-                self.apply(2 * i, v);
-                self.apply(2 * i + 1, v);
-                self.d[i] = 0;
-            }
-        }
-    }
-
-    /// Add `v` over `[l, r)`.
+    /// Adds `v` over positions `[l, r)`.
     fn add(&mut self, l: usize, r: usize, v: i128) {
-        let r = r.min(self.size);
-        if l >= r || v == 0 {
-            return;
+        let r = r.min(self.diff.len() - 1);
+        if l < r {
+            self.diff[l] += v;
+            self.diff[r] -= v;
         }
-        let (l0, r0) = (l + self.size, r - 1 + self.size);
-        self.push(l0);
-        self.push(r0);
-        let (mut l, mut r) = (l0, r + self.size);
-        while l < r {
-            if l & 1 == 1 {
-                self.apply(l, v);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                self.apply(r, v);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-        self.rebuild(l0);
-        self.rebuild(r0);
     }
 
-    /// The max over `[l, r)` (`i128::MIN` when empty).
-    fn max(&mut self, l: usize, r: usize) -> i128 {
-        let r = r.min(self.size);
-        if l >= r {
-            return i128::MIN;
+    /// The most live bytes at any position (0 when there is none).
+    fn peak(&self) -> i128 {
+        let mut live = 0i128;
+        let mut peak = 0i128;
+        for &d in &self.diff[..self.diff.len() - 1] {
+            live += d;
+            peak = peak.max(live);
         }
-        let (l0, r0) = (l + self.size, r - 1 + self.size);
-        self.push(l0);
-        self.push(r0);
-        let (mut l, mut r) = (l0, r + self.size);
-        let mut m = i128::MIN;
-        while l < r {
-            if l & 1 == 1 {
-                m = m.max(self.t[l]);
-                l += 1;
-            }
-            if r & 1 == 1 {
-                r -= 1;
-                m = m.max(self.t[r]);
-            }
-            l >>= 1;
-            r >>= 1;
-        }
-        m
+        peak
     }
 }
 
