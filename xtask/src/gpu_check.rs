@@ -1138,7 +1138,7 @@ struct ClassTiming {
 fn kernel_class(k: &graph_plan::Kernel, source: &KernelSource) -> String {
     use graph_plan::GroupKind;
     match k.kind {
-        GroupKind::Anchor if source.blas.is_some() => "GEMM (cuBLAS)".to_owned(),
+        GroupKind::Anchor if !source.blas.is_empty() => "GEMM (cuBLAS)".to_owned(),
         GroupKind::Anchor => {
             let ops: Vec<&str> = k.node_names().collect();
             let conv = ops.iter().any(|n| n.to_ascii_lowercase().contains("conv"));

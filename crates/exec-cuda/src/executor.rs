@@ -193,7 +193,7 @@ pub struct PrepareInfo {
     pub compiled: u64,
     /// Sources found in the PTX cache directory.
     pub from_disk: u64,
-    /// Kernels whose product runs on cuBLAS.
+    /// Products that run on cuBLAS (a kernel of sibling products has several).
     pub cublas_products: usize,
     /// Why cuBLAS is not used, when products fell back to generated kernels.
     pub cublas_fallback: Option<String>,
@@ -334,14 +334,14 @@ impl Work<'_> {
                         kernel: kernel.to_string(),
                         what: "launch of a kernel the plan lacks".to_owned(),
                     })?;
-                    if let Some(b) = src.blas {
+                    if !src.blas.is_empty() {
                         let handle = self.blas.get(stream.index()).and_then(Option::as_ref).ok_or_else(|| {
                             CudaError::Unsupported {
                                 kernel: src.name.clone(),
                                 what: "no cuBLAS handle on its stream".to_owned(),
                             }
                         })?;
-                        for call in b.calls() {
+                        for call in src.blas.iter().flat_map(codegen::BlasStep::calls) {
                             handle.gemm(
                                 &call.gemm,
                                 range(regions, &src.name, call.a)?,
@@ -377,16 +377,17 @@ impl Work<'_> {
 
     /// Driver calls of one eager submission.
     fn calls(&self, side_streams: usize) -> usize {
-        let steps: usize =
-            self.steps
-                .iter()
-                .map(|s| match s {
-                    PlanStep::Launch { kernel, .. } => self.sources.get(kernel.index()).map_or(0, |src| {
-                        src.blas.map_or(0, |b| b.call_count()) + usize::from(src.launch != Launch::None)
-                    }),
-                    _ => 1,
-                })
-                .sum();
+        let steps: usize = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                PlanStep::Launch { kernel, .. } => self.sources.get(kernel.index()).map_or(0, |src| {
+                    src.blas.iter().map(codegen::BlasStep::call_count).sum::<usize>()
+                        + usize::from(src.launch != Launch::None)
+                }),
+                _ => 1,
+            })
+            .sum();
         // Fork: one record, one wait per side stream; join: one record and one wait per side stream.
         steps + 1 + 3 * side_streams
     }
@@ -403,7 +404,7 @@ fn blas_handles(
     for step in &plan.steps {
         if let PlanStep::Launch { stream, kernel, .. } = step {
             let s = stream.index();
-            if sources.get(kernel.index()).is_some_and(|k| k.blas.is_some()) && s < blas.len() && blas[s].is_none() {
+            if sources.get(kernel.index()).is_some_and(|k| !k.blas.is_empty()) && s < blas.len() && blas[s].is_none() {
                 blas[s] = Some(Blas::new(device, &streams[s])?);
             }
         }
@@ -425,9 +426,8 @@ pub fn refuse_unsupported_products(
 ) -> CudaResult<Vec<CudaError>> {
     let mut refused = Vec::new();
     for (kernel, src) in plan.kernels().iter().zip(sources.iter_mut()) {
-        let Some(b) = src.blas else { continue };
         let node = kernel.body.first().map_or(kernel.name.as_str(), |i| i.node.as_str());
-        if let Err(e) = b.matmul.check_device(node, capability) {
+        if let Some(e) = src.blas.iter().find_map(|b| b.matmul.check_device(node, capability).err()) {
             *src = codegen::generate_with(kernel, &CodegenOptions { cublas: false })?;
             refused.push(e);
         }
@@ -596,7 +596,7 @@ impl PlanResources {
             distinct_sources: modules.len(),
             compiled: stats.misses,
             from_disk: stats.disk_hits,
-            cublas_products: sources.iter().filter(|s| s.blas.is_some()).count(),
+            cublas_products: sources.iter().map(|s| s.blas.len()).sum(),
             cublas_fallback,
             cublas_refused,
             eager_calls: work.calls(streams.len() - 1),

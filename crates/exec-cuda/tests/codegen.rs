@@ -22,7 +22,12 @@ fn plan(g: &ComputeGraph, streams: usize) -> ExecutionPlan {
 fn golden(name: &str, sources: &[KernelSource]) {
     let mut text = String::new();
     for s in sources {
-        text.push_str(&format!("// ==== {} launch={:?} blas={:?}\n", s.name, s.launch, s.blas.map(|b| b.matmul)));
+        text.push_str(&format!(
+            "// ==== {} launch={:?} blas={:?}\n",
+            s.name,
+            s.launch,
+            s.blas.first().map(|b| b.matmul)
+        ));
         text.push_str(&s.source);
     }
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.cu"));
@@ -123,8 +128,8 @@ fn golden_mlp_uses_cublas_and_an_epilogue() {
     let g = synth::mlp(1, 4, 2).unwrap();
     let p = plan(&g, 1);
     let src = codegen::generate_all(&p).unwrap();
-    let mm = src.iter().find(|s| s.blas.is_some()).expect("the MatMul runs on cuBLAS");
-    let b = mm.blas.unwrap();
+    let mm = src.iter().find(|s| !s.blas.is_empty()).expect("the MatMul runs on cuBLAS");
+    let b = mm.blas[0];
     assert_eq!((b.matmul.m, b.matmul.n, b.matmul.k, b.matmul.batch), (2, 4, 4, 1));
     golden("mlp1", &src);
 }
@@ -144,7 +149,7 @@ fn golden_half_mlp_uses_gemm_ex() {
     let p = ExecutionPlan::build_with(&g, &opts).unwrap();
     graph_plan::verify(&p).unwrap();
     let src = codegen::generate_all(&p).unwrap();
-    let types: Vec<GemmTypes> = src.iter().filter_map(|s| s.blas).map(|b| b.matmul.types).collect();
+    let types: Vec<GemmTypes> = src.iter().flat_map(|s| &s.blas).map(|b| b.matmul.types).collect();
     assert_eq!(
         types,
         [GemmTypes::uniform(GemmType::BF16), GemmTypes { ab: GemmType::BF16, c: GemmType::F32 }],
@@ -168,7 +173,7 @@ fn bf16_products_fall_back_below_compute_capability_8() {
     let p = ExecutionPlan::build_with(&g, &opts).unwrap();
     graph_plan::verify(&p).unwrap();
     let generated = codegen::generate_all(&p).unwrap();
-    let bf16_steps = generated.iter().filter(|s| s.blas.is_some_and(|b| b.matmul.types.ab == GemmType::BF16)).count();
+    let bf16_steps = generated.iter().filter(|s| s.blas.iter().any(|b| b.matmul.types.ab == GemmType::BF16)).count();
     assert_eq!(bf16_steps, 2, "layers 1 and 2 are bf16 products");
     let mut on_ampere = generated.clone();
     assert_eq!(refuse_unsupported_products(&p, &mut on_ampere, (8, 0)), Ok(Vec::new()));
@@ -186,9 +191,9 @@ fn bf16_products_fall_back_below_compute_capability_8() {
         .collect();
     assert_eq!(nodes, ["l1.matmul", "l2.matmul"]);
     for (before, after) in generated.iter().zip(&on_turing) {
-        match before.blas {
+        match before.blas.first() {
             Some(b) if b.matmul.types.ab == GemmType::BF16 => {
-                assert!(after.blas.is_none() && after.launch != Launch::None, "{}", after.name);
+                assert!(after.blas.is_empty() && after.launch != Launch::None, "{}", after.name);
             }
             _ => assert_eq!(before, after),
         }
@@ -259,7 +264,7 @@ fn half_plans_compile() {
             }
         }
     }
-    assert!(sources.iter().any(|s| s.blas.is_some_and(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)));
+    assert!(sources.iter().any(|s| s.blas.iter().any(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)));
     if !common::nvrtc_or_skip(test) {
         return;
     }

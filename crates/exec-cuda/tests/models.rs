@@ -58,14 +58,14 @@ fn shared_model_kernels_generate_and_compile() {
                         .count();
                     let half = s
                         .iter()
-                        .filter_map(|k| k.blas)
+                        .flat_map(|k| &k.blas)
                         .filter(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)
                         .count();
                     eprintln!(
                         "{m} {precision:?}: {} kernels, {} on cuBLAS ({half} with half operands) of {products} \
                          MatMul/Gemm anchors, {attention} fused attention, {} launched",
                         s.len(),
-                        s.iter().filter(|k| k.blas.is_some()).count(),
+                        s.iter().filter(|k| !k.blas.is_empty()).count(),
                         s.iter().filter(|k| k.launch != Launch::None).count()
                     );
                 }

@@ -99,20 +99,20 @@ pub(crate) fn flit(f: f32) -> String {
     }
 }
 
+/// A product computed by cuBLAS before the kernel: the anchor output value, the buffer it was stored in (alpha
+/// applied, no C term) and that buffer's dtype, and where each element lies there (`None`: at its own index; else
+/// its [`layout::Factors`], a permuted store). The epilogue reads it instead of recomputing the product.
+pub(crate) type Stored = (ValueId, BufferRef, DType, Option<layout::Factors>);
+
 /// Generates a per-element kernel. `blas_out`: the anchor output value already computed by cuBLAS into a buffer
 /// of the given dtype (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
 pub(crate) fn generate(kernel: &Kernel, blas_out: Option<(ValueId, BufferRef, DType)>) -> CudaResult<KernelSource> {
     generate_with(kernel, blas_out, None)
 }
 
-/// [`generate`], with the product stored by cuBLAS in a permuted output: element `i` of the product is read at
-/// the offset its [`layout::Factors`] give (the output element the thread writes).
-pub(crate) fn generate_stored(
-    kernel: &Kernel,
-    blas_out: (ValueId, BufferRef, DType),
-    factors: layout::Factors,
-) -> CudaResult<KernelSource> {
-    generate_full(kernel, Some(blas_out), Some(factors), None)
+/// [`generate`], with the products stored by cuBLAS (a permuted store, sibling products).
+pub(crate) fn generate_stored(kernel: &Kernel, products: Vec<Stored>) -> CudaResult<KernelSource> {
+    generate_full(kernel, products, None)
 }
 
 /// [`generate`], with the chain of a fused attention kernel, whose output the thread computes with an online
@@ -122,42 +122,34 @@ pub(crate) fn generate_with(
     blas_out: Option<(ValueId, BufferRef, DType)>,
     chain: Option<attention::Chain>,
 ) -> CudaResult<KernelSource> {
-    generate_full(kernel, blas_out, None, chain)
+    generate_full(kernel, blas_out.map(|(v, b, d)| (v, b, d, None)).into_iter().collect(), chain)
 }
 
-fn generate_full(
-    kernel: &Kernel,
-    blas_out: Option<(ValueId, BufferRef, DType)>,
-    blas_layout: Option<layout::Factors>,
-    chain: Option<attention::Chain>,
-) -> CudaResult<KernelSource> {
+fn generate_full(kernel: &Kernel, products: Vec<Stored>, chain: Option<attention::Chain>) -> CudaResult<KernelSource> {
     let mut bufs = Buffers::of(kernel)?;
-    let blas = match blas_out {
-        Some((v, b, dtype)) => {
-            let i = match bufs.list.iter().position(|x| *x == b) {
-                Some(i) => {
-                    if bufs.dtype[i] != dtype {
-                        return Err(unsupported(
-                            kernel,
-                            format!("the cuBLAS product is {dtype} but its buffer {b} is bound as {}", bufs.dtype[i]),
-                        ));
-                    }
-                    i
+    let mut blas = Vec::with_capacity(products.len());
+    for (v, b, dtype, factors) in products {
+        let i = match bufs.list.iter().position(|x| *x == b) {
+            Some(i) => {
+                if bufs.dtype[i] != dtype {
+                    return Err(unsupported(
+                        kernel,
+                        format!("the cuBLAS product is {dtype} but its buffer {b} is bound as {}", bufs.dtype[i]),
+                    ));
                 }
-                None => {
-                    bufs.list.push(b);
-                    bufs.written.push(false);
-                    bufs.dtype.push(dtype);
-                    bufs.list.len() - 1
-                }
-            };
-            Some((v, i))
-        }
-        None => None,
-    };
+                i
+            }
+            None => {
+                bufs.list.push(b);
+                bufs.written.push(false);
+                bufs.dtype.push(dtype);
+                bufs.list.len() - 1
+            }
+        };
+        blas.push((v, i, factors));
+    }
     let mut e = Emitter::new(kernel, &bufs, blas)?;
     e.attention = chain;
-    e.blas_layout = blas_layout;
     // Outputs grouped by element count: one guarded block per count, sharing memoised values inside it.
     let mut groups: Vec<(usize, Vec<(ValueId, usize)>)> = Vec::new();
     for (pi, p) in kernel.params.iter().enumerate() {
@@ -198,7 +190,7 @@ fn generate_full(
         params: bufs.params(),
         args: bufs.list.clone(),
         launch: Launch::Elements { threads: threads as u64, block: ELEMENT_BLOCK },
-        blas: None,
+        blas: Vec::new(),
     })
 }
 
@@ -214,9 +206,8 @@ pub(crate) struct Emitter<'k> {
     /// Buffer index of each read value.
     read_buf: HashMap<ValueId, usize>,
     buf_dtype: Vec<DType>,
-    blas: Option<(ValueId, usize)>,
-    /// Where the cuBLAS product's elements lie in its buffer when it is stored permuted (else at their index).
-    blas_layout: Option<layout::Factors>,
+    /// The cuBLAS products: value, buffer index, and where their elements lie in it when stored permuted.
+    blas: Vec<(ValueId, usize, Option<layout::Factors>)>,
     pub(crate) out: String,
     pub(crate) indent: usize,
     memo: Vec<HashMap<(ValueId, String), String>>,
@@ -243,7 +234,11 @@ pub(crate) enum RowValue {
 }
 
 impl<'k> Emitter<'k> {
-    pub(crate) fn new(k: &'k Kernel, bufs: &Buffers, blas: Option<(ValueId, usize)>) -> CudaResult<Self> {
+    pub(crate) fn new(
+        k: &'k Kernel,
+        bufs: &Buffers,
+        blas: Vec<(ValueId, usize, Option<layout::Factors>)>,
+    ) -> CudaResult<Self> {
         let mut producer = HashMap::new();
         for (ii, instr) in k.body.iter().enumerate() {
             for (pos, &v) in instr.outputs.iter().enumerate() {
@@ -263,7 +258,6 @@ impl<'k> Emitter<'k> {
             read_buf,
             buf_dtype: bufs.dtype.clone(),
             blas,
-            blas_layout: None,
             out: String::new(),
             indent: 0,
             memo: vec![HashMap::new()],
@@ -434,10 +428,11 @@ impl<'k> Emitter<'k> {
         // The cuBLAS product stands in for the anchor's output. Stored in the anchor's dtype it was rounded by
         // cuBLAS already; stored in f32 (a half anchor borrowing an f32 output), it is rounded here, after the C
         // term, once, as every op's value is (`codegen::BlasStep`).
-        if let Some((bv, b)) = self.blas {
-            if bv == instr.outputs[pos] {
+        let stored = self.blas.iter().find(|(bv, _, _)| *bv == instr.outputs[pos]).map(|(_, b, f)| (*b, f.clone()));
+        if let Some((b, factors)) = stored {
+            {
                 let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
-                let at = match self.blas_layout.clone() {
+                let at = match factors {
                     Some(f) => self.def("long long", "t", &Self::placed(idx, &f)),
                     None => idx.to_owned(),
                 };

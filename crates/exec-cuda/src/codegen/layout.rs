@@ -11,7 +11,7 @@
 //! it writes lives (the same index: in place, no thread reads another's element) and applies the bias,
 //! activation and casts there. No launch moves the bytes and no buffer holds the unpermuted product.
 //!
-//! [`permuted_output`] finds the chain (elementwise ops and layout ops from the product to the kernel's one
+//! [`chain_output`] finds the chain (elementwise ops and layout ops from the product to the kernel's one
 //! output) and the product's placement in it; [`Store::of`] turns the placement into the call and its loops,
 //! `codegen::BlasStep::calls` into the calls with their operands.
 
@@ -60,10 +60,22 @@ pub struct Store {
     pub nloops: usize,
 }
 
-/// The chain from a product to the kernel's output when it permutes: the written value and the product's
-/// [`Factors`] in it. `None` when some op on the way is not elementwise, a view or a Transpose, when a value on
-/// the way has a second reader, when the end is not the kernel's only written value, or when nothing permutes.
-pub(crate) fn permuted_output(kernel: &Kernel, vy: ValueId) -> Option<(ValueId, Factors)> {
+/// Where a product's epilogue chain ends: the value it writes and, when a Transpose permutes it, the product's
+/// [`Factors`] in that value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Chain {
+    /// The written value.
+    pub end: ValueId,
+    /// The product's placement in `end` (`None`: the same linear order, no Transpose on the way).
+    pub factors: Option<Factors>,
+    /// Nothing but views and Transposes on the way (the stored product is the output as it is).
+    pub layout_only: bool,
+}
+
+/// The chain from a product `vy` to a value the kernel writes: each value on the way read by one instruction
+/// only, each step an elementwise op of one shape (other operands come from elsewhere), a view or a Transpose,
+/// the end a written value. `None` otherwise.
+pub(crate) fn chain_output(kernel: &Kernel, vy: ValueId) -> Option<Chain> {
     // Walk forward: each step is the one instruction reading the current value.
     let mut cur = vy;
     let mut steps: Vec<&graph_plan::Instr> = Vec::new();
@@ -86,12 +98,11 @@ pub(crate) fn permuted_output(kernel: &Kernel, vy: ValueId) -> Option<(ValueId, 
         steps.push(next);
         cur = out;
     }
+    // The end is written by the kernel.
+    kernel.param_of(cur, Access::Write)?;
+    let layout_only = steps.iter().all(|i| i.op.category() == OpCategory::View || matches!(i.op, Op::Transpose { .. }));
     if !steps.iter().any(|i| matches!(i.op, Op::Transpose { .. })) {
-        return None;
-    }
-    let mut written = kernel.params.iter().filter(|p| p.access == Access::Write);
-    if written.next().map(|p| p.value) != Some(cur) || written.next().is_some() {
-        return None;
+        return Some(Chain { end: cur, factors: None, layout_only });
     }
     // Walk back: start from the output's own row-major layout; a view or an elementwise op keeps the linear
     // order, a Transpose reorders the factors of its output's dims into its input's.
@@ -115,7 +126,7 @@ pub(crate) fn permuted_output(kernel: &Kernel, vy: ValueId) -> Option<(ValueId, 
                 .collect();
         }
     }
-    Some((cur, factors))
+    Some(Chain { end: cur, factors: Some(factors), layout_only })
 }
 
 /// Row-major factors of a contiguous value of `dims`.

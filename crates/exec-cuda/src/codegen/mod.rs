@@ -163,15 +163,16 @@ pub struct KernelSource {
     pub args: Vec<BufferRef>,
     /// Launch shape.
     pub launch: Launch,
-    /// A cuBLAS call to enqueue before the launch.
-    pub blas: Option<BlasStep>,
+    /// The cuBLAS products to enqueue, in order, before the launch (several for sibling products).
+    pub blas: Vec<BlasStep>,
 }
 
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
-/// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, else the per-element
-/// fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
+/// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, or to end in a
+/// permutation that leaves the product a strided batch of matrices ([`layout`]); sibling products each need a
+/// chain of their own to one output; else the per-element fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
 /// its own shape); row kernels take several
 /// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
 /// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too);
@@ -202,11 +203,10 @@ pub fn fusion_caps() -> FusionCaps {
         concat_elimination: true,
         // The per-element emitter computes the first pool at each position of the second's window.
         pool_chain: true,
-        // Sibling products (a horizontal GEMM) would be one cuBLAS call over weights concatenated at prepare, a
-        // binding recipe the backend does not have yet; a kernel with several products runs as a per-element
-        // kernel (`blas_anchor` declines it), far slower than three cuBLAS calls. Off until the weights are
-        // concatenated at prepare.
-        horizontal_gemm: false,
+        // Sibling products (a horizontal GEMM): one cuBLAS product each, stored where its chain's output lives,
+        // and one epilogue kernel for all of them (`stored_products`); the activation is read once per product,
+        // not once in all (one call over weights concatenated at prepare would do that).
+        horizontal_gemm: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
@@ -370,7 +370,7 @@ fn custom(kernel: &Kernel) -> CudaResult<KernelSource> {
         params: vec![ParamKind::Ptr; args.len()],
         args,
         launch: Launch::Fixed { grid: c.grid, block: c.block, shared_mem_bytes: c.shared_mem_bytes },
-        blas: None,
+        blas: Vec::new(),
     })
 }
 
@@ -379,10 +379,12 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some(first) = kernel.body.first() else {
         return Ok(None);
     };
-    // Sibling products (a horizontal GEMM, planned for other caps) need one call over concatenated weights: the
-    // per-element kernel computes each of them instead.
-    if kernel.body.iter().filter(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. } | Op::Conv(_))).count() > 1 {
-        return Ok(None);
+    // Sibling products (a horizontal GEMM): one cuBLAS product each, stored where its own chain's output lives,
+    // and one epilogue kernel for all of them; else the per-element kernel computes each.
+    let anchors: Vec<&graph_plan::Instr> =
+        kernel.body.iter().filter(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. } | Op::Conv(_))).collect();
+    if anchors.len() > 1 {
+        return stored_products(kernel, &anchors);
     }
     let (alpha, has_c, trans_a, trans_b) = match &first.op {
         Op::MatMul => (1.0, false, false, false),
@@ -417,9 +419,8 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     };
     // A permuted epilogue: cuBLAS stores the product straight into the permuted output, where the epilogue reads
     // it at the index it writes.
-    if !matches!(first.op, Op::Conv(_)) && !trans_a && !trans_b {
-        let operands = Operands { mm: &mm, has_c, ab, vy, y, a, b, pa: pa.buffer, pb: pb.buffer };
-        if let Some(src) = permuted_anchor(kernel, &operands)? {
+    if layout::chain_output(kernel, vy).is_some_and(|c| c.factors.is_some()) {
+        if let Some(src) = stored_products(kernel, &[first])? {
             return Ok(Some(src));
         }
     }
@@ -469,7 +470,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     {
         return Ok(None);
     }
-    let blas = BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None };
+    let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None }];
     let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
         return Ok(Some(KernelSource {
@@ -480,73 +481,117 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
             params: Vec::new(),
             args: Vec::new(),
             launch: Launch::None,
-            blas: Some(blas),
+            blas,
         }));
     }
     let mut src = emit::generate(kernel, Some((vy, c_buf, c_dtype)))?;
-    src.blas = Some(blas);
+    src.blas = blas;
     Ok(Some(src))
 }
 
-/// A MatMul/Gemm anchor's product and operands, as `blas_anchor` found them.
-struct Operands<'a> {
-    mm: &'a Matmul,
-    has_c: bool,
-    ab: GemmType,
-    vy: ValueId,
-    y: &'a graph_plan::Value,
-    a: &'a graph_plan::Value,
-    b: &'a graph_plan::Value,
-    pa: BufferRef,
-    pb: BufferRef,
+/// One product of [`stored_products`]: its cuBLAS step, how the epilogue finds it, and whether anything but its
+/// layout lies between it and its output.
+struct Stored {
+    step: BlasStep,
+    read: emit::Stored,
+    end: ValueId,
+    bare: bool,
 }
 
-/// The anchor as cuBLAS calls that store the product in its permuted output ([`layout`]) plus the epilogue that
-/// rewrites it there in place, when the chain permutes and the placement is a strided batch of matrices: the
-/// weight a plain matrix, the activation's batch dims the product's. `None` otherwise (the caller goes on).
-fn permuted_anchor(kernel: &Kernel, op: &Operands<'_>) -> CudaResult<Option<KernelSource>> {
-    let Some((vo, factors)) = layout::permuted_output(kernel, op.vy) else {
+/// A MatMul or Gemm (neither operand transposed) stored by cuBLAS where its chain's output lives
+/// ([`layout::chain_output`]): permuted ([`layout::Store`]) or in order. `None` when the operands, the chain or
+/// the placement do not allow it.
+fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<Stored>> {
+    let (alpha, has_c) = match &instr.op {
+        Op::MatMul => (1.0, false),
+        Op::Gemm { alpha, trans_a: false, trans_b: false, .. } => (*alpha, instr.inputs.len() == 3),
+        _ => return Ok(None),
+    };
+    let (Some(&va), Some(&vb), Some(&vy)) = (instr.inputs.first(), instr.inputs.get(1), instr.outputs.first()) else {
         return Ok(None);
     };
-    let (ad, bd, yd) = (op.a.shape.dims(), op.b.shape.dims(), op.y.shape.dims());
-    if bd.len() != 2 || ad.len() != yd.len() || yd.len() < 2 || ad[..ad.len() - 2] != yd[..yd.len() - 2] {
+    let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
+    let Some(ab) = GemmType::of(a.dtype) else {
         return Ok(None);
-    }
-    let o = value_checked(kernel, vo)?;
-    let Some(po) = kernel.param_of(vo, Access::Write) else {
+    };
+    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
+        return Ok(None);
+    };
+    let (ad, bd, yd) = (a.shape.dims(), b.shape.dims(), y.shape.dims());
+    let (Some(mm), Some(chain)) = (matmul_spec(ad, bd, yd, false, false, alpha), layout::chain_output(kernel, vy))
+    else {
+        return Ok(None);
+    };
+    let o = value_checked(kernel, chain.end)?;
+    let Some(po) = kernel.param_of(chain.end, Access::Write) else {
         return Ok(None);
     };
     // The product lands in the output's buffer: in the anchor's dtype, or in f32 (a half anchor cast to f32 at
-    // the end; the epilogue rounds it to the anchor's dtype first, see `BlasStep`).
-    if o.dtype != op.y.dtype && o.dtype != DType::F32 {
+    // the end; the epilogue rounds it to the anchor's dtype first, see `BlasStep`). A half Gemm with a C term
+    // stores in f32 (one rounding, after the C term).
+    if b.dtype != a.dtype || y.dtype != a.dtype || (o.dtype != y.dtype && o.dtype != DType::F32) {
         return Ok(None);
     }
     let Some(c_type) = GemmType::of(o.dtype) else {
         return Ok(None);
     };
-    if (op.has_c && c_type != GemmType::F32)
-        || kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&po.buffer))
-    {
+    if has_c && c_type != GemmType::F32 {
         return Ok(None);
     }
-    let types = GemmTypes { ab: op.ab, c: c_type };
-    let Some(mut store) = layout::Store::of(&yd[..yd.len() - 2], op.mm.m, op.mm.n, op.mm.k, &factors, types) else {
-        return Ok(None);
+    let types = GemmTypes { ab, c: c_type };
+    let store = match &chain.factors {
+        None => None,
+        Some(factors) => {
+            // The weight a plain matrix, the activation's batch dims the product's.
+            if bd.len() != 2 || ad.len() != yd.len() || yd.len() < 2 || ad[..ad.len() - 2] != yd[..yd.len() - 2] {
+                return Ok(None);
+            }
+            let Some(mut store) = layout::Store::of(&yd[..yd.len() - 2], mm.m, mm.n, mm.k, factors, types) else {
+                return Ok(None);
+            };
+            store.gemm.alpha = mm.alpha;
+            Some(store)
+        }
     };
-    store.gemm.alpha = op.mm.alpha;
-    let matmul = Matmul { types, ..*op.mm };
-    let blas = BlasStep { matmul, a: op.pa, b: op.pb, c: po.buffer, store: Some(store) };
+    let step = BlasStep { matmul: Matmul { types, ..mm }, a: pa.buffer, b: pb.buffer, c: po.buffer, store };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
-    if blas.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
+    if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
     }
-    // Nothing but the layout after the product: the stored product is the output, no epilogue to launch.
-    let only_layout = kernel
-        .body
-        .iter()
-        .skip(1)
-        .all(|i| i.op.category() == graph_plan::ir::OpCategory::View || matches!(i.op, Op::Transpose { .. }));
-    if only_layout && !op.has_c && o.dtype == op.y.dtype {
+    let bare = chain.layout_only && !has_c && o.dtype == y.dtype;
+    Ok(Some(Stored { step, read: (vy, po.buffer, o.dtype, chain.factors), end: chain.end, bare }))
+}
+
+/// The kernel as cuBLAS products, each stored where its own chain's output lives (a permuted store, sibling
+/// products), and one epilogue kernel that rewrites every output in place, reading each product at the element
+/// it writes; no launch when nothing but layout follows any product. `None` (the caller goes on, or the
+/// per-element kernel computes the products) unless every anchor stores, every written value ends one chain,
+/// and no product's buffer overlaps another's or anything the kernel reads.
+fn stored_products(kernel: &Kernel, anchors: &[&graph_plan::Instr]) -> CudaResult<Option<KernelSource>> {
+    let mut products: Vec<Stored> = Vec::with_capacity(anchors.len());
+    for instr in anchors {
+        match stored_product(kernel, instr)? {
+            Some(p) => products.push(p),
+            None => return Ok(None),
+        }
+    }
+    let written: Vec<ValueId> = kernel.params.iter().filter(|p| p.access == Access::Write).map(|p| p.value).collect();
+    let mut ends: Vec<ValueId> = products.iter().map(|p| p.end).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    if ends.len() != products.len() || written.len() != ends.len() || !written.iter().all(|v| ends.contains(v)) {
+        return Ok(None);
+    }
+    for (i, p) in products.iter().enumerate() {
+        let c = p.step.c;
+        if kernel.params.iter().any(|q| q.access == Access::Read && q.buffer.overlaps(&c))
+            || products[..i].iter().any(|q| q.step.c.overlaps(&c))
+        {
+            return Ok(None);
+        }
+    }
+    let blas: Vec<BlasStep> = products.iter().map(|p| p.step).collect();
+    if products.iter().all(|p| p.bare) {
         return Ok(Some(KernelSource {
             kernel: kernel.id,
             name: kernel.name.clone(),
@@ -555,11 +600,11 @@ fn permuted_anchor(kernel: &Kernel, op: &Operands<'_>) -> CudaResult<Option<Kern
             params: Vec::new(),
             args: Vec::new(),
             launch: Launch::None,
-            blas: Some(blas),
+            blas,
         }));
     }
-    let mut src = emit::generate_stored(kernel, (op.vy, po.buffer, o.dtype), factors)?;
-    src.blas = Some(blas);
+    let mut src = emit::generate_stored(kernel, products.into_iter().map(|p| p.read).collect())?;
+    src.blas = blas;
     Ok(Some(src))
 }
 

@@ -231,7 +231,7 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     }
 
     let bufs = Buffers::of(kernel)?;
-    let mut e = Emitter::new(kernel, &bufs, None)?;
+    let mut e = Emitter::new(kernel, &bufs, Vec::new())?;
     e.indent = 1;
     e.line("__shared__ float sh[32];");
     if integer {
@@ -416,7 +416,7 @@ pub(crate) fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
     let (rows, len) = (layout.rows, layout.len);
 
     let bufs = Buffers::of(kernel)?;
-    let mut e = Emitter::new(kernel, &bufs, None)?;
+    let mut e = Emitter::new(kernel, &bufs, Vec::new())?;
     e.indent = 1;
     e.line(if integer { "__shared__ long long sh[32];" } else { "__shared__ float sh[32];" });
     e.line("const long long r = blockIdx.x;");
@@ -538,7 +538,7 @@ fn row_kernel_source(kernel: &Kernel, bufs: &Buffers, helpers: &str, body: &str,
         params: bufs.params(),
         args: bufs.list.clone(),
         launch: Launch::Rows { rows: rows as u64, block: ROW_BLOCK },
-        blas: None,
+        blas: Vec::new(),
     }
 }
 

@@ -226,8 +226,8 @@ impl HostProgram {
             match step {
                 PlanStep::Launch { kernel, .. } => {
                     let src = &sources[kernel.index()];
-                    if let Some(b) = src.blas {
-                        host_matmul(regions, &b);
+                    for b in &src.blas {
+                        host_matmul(regions, b);
                     }
                     if src.launch != Launch::None {
                         let i = *self
