@@ -172,8 +172,8 @@ pub struct KernelSource {
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
 /// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, or to end in a
 /// permutation that leaves the product a strided batch of matrices ([`layout`]); sibling products each need a
-/// chain of their own to one output; else the per-element fallback runs; see [`BlasStep`]) and any chain of elementwise and data-movement ops (each value is indexed in
-/// its own shape); row kernels take several
+/// chain of their own to one output; else the per-element fallback runs; see [`BlasStep`]) and any chain of
+/// elementwise and data-movement ops (each value is indexed in its own shape); row kernels take several
 /// reductions over one domain with elementwise producers and consumers, full-shaped or per-row (`reduce::fused`:
 /// the decomposed LayerNormalization and Softmax are one kernel each; integer sums, means and maxima too);
 /// attention kernels take the chain exec-sim runs (`attention`: per-element, online softmax). Kernel
@@ -193,8 +193,9 @@ pub fn fusion_caps() -> FusionCaps {
         // batch of matrices (head splits, a transposed key: [`layout`]); the epilogue reads it in place. Other
         // permutations fall back to the per-element product, which indexes through them.
         layout_epilogue: true,
-        // Selections in an epilogue route parts of the product to outputs of their own: the same output-layout
-        // limit of the cuBLAS step as above.
+        // Selections in an epilogue route parts of the product to outputs of their own: one stored product
+        // would need a buffer per part (the epilogue choosing it per element). Not done yet; the selections run
+        // after the stored product instead.
         select_epilogue: false,
         // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
         // express is `CudaError::Unsupported`, never a kernel.
