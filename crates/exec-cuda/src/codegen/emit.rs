@@ -371,20 +371,22 @@ impl<'k> Emitter<'k> {
         }
     }
 
-    /// The offset of element `idx` placed by `factors` (`layout::Factors`), as a C expression.
+    /// The offset of element `idx` placed by `factors` (`layout::Factors`: the element's coordinates in the
+    /// factors' extents, each times its stride), as a C expression.
     fn placed(idx: &str, factors: &[(usize, usize)]) -> String {
-        let mut terms = Vec::with_capacity(factors.len());
-        let mut inner = 1usize;
-        for (i, &(e, s)) in factors.iter().enumerate().rev() {
-            let c = match (inner, i) {
-                (1, 0) => idx.to_owned(),
-                (1, _) => format!("({idx} % {e}LL)"),
-                (_, 0) => format!("({idx} / {inner}LL)"),
-                _ => format!("(({idx} / {inner}LL) % {e}LL)"),
-            };
-            terms.push(if s == 1 { c } else { format!("{c} * {s}LL") });
-            inner *= e;
-        }
+        let extents: Vec<usize> = factors.iter().map(|f| f.0).collect();
+        let terms: Vec<String> = factors
+            .iter()
+            .enumerate()
+            .map(|(d, &(_, s))| {
+                let c = Self::coord(idx, &extents, d);
+                if s == 1 {
+                    c
+                } else {
+                    format!("{c} * {s}LL")
+                }
+            })
+            .collect();
         if terms.is_empty() {
             "0LL".to_owned()
         } else {
@@ -430,31 +432,29 @@ impl<'k> Emitter<'k> {
         // term, once, as every op's value is (`codegen::BlasStep`).
         let stored = self.blas.iter().find(|(bv, _, _)| *bv == instr.outputs[pos]).map(|(_, b, f)| (*b, f.clone()));
         if let Some((b, factors)) = stored {
-            {
-                let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
-                let at = match factors {
-                    Some(f) => self.def("long long", "t", &Self::placed(idx, &f)),
-                    None => idx.to_owned(),
-                };
-                let p = self.def("float", "v", &load(&format!("b{b}"), &at, pd));
-                if let (Op::Gemm { beta, .. }, Some(_)) = (&instr.op, instr.inputs.get(2)) {
-                    let (cv, c) = input(2)?;
-                    let ci = self.broadcast_index(idx, &oshape, c.shape.dims());
-                    let cval = self.at(cv, &ci)?;
-                    return Ok(self.def("float", "v", &round(&format!("{p} + {} * {cval}", flit(*beta)), od)));
-                }
-                if let (Op::Conv(_), Some(_)) = (&instr.op, instr.inputs.get(2)) {
-                    // A pointwise Conv's bias, per output channel (axis 1).
-                    let (bv, _) = input(2)?;
-                    let ch = self.def("long long", "t", &Self::coord(idx, &oshape, 1));
-                    let bval = self.at(bv, &ch)?;
-                    return Ok(self.def("float", "v", &round(&format!("{p} + {bval}"), od)));
-                }
-                if pd != od {
-                    return Ok(self.def("float", "v", &round(&p, od)));
-                }
-                return Ok(p);
+            let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
+            let at = match factors {
+                Some(f) => self.def("long long", "t", &Self::placed(idx, &f)),
+                None => idx.to_owned(),
+            };
+            let p = self.def("float", "v", &load(&format!("b{b}"), &at, pd));
+            if let (Op::Gemm { beta, .. }, Some(_)) = (&instr.op, instr.inputs.get(2)) {
+                let (cv, c) = input(2)?;
+                let ci = self.broadcast_index(idx, &oshape, c.shape.dims());
+                let cval = self.at(cv, &ci)?;
+                return Ok(self.def("float", "v", &round(&format!("{p} + {} * {cval}", flit(*beta)), od)));
             }
+            if let (Op::Conv(_), Some(_)) = (&instr.op, instr.inputs.get(2)) {
+                // A pointwise Conv's bias, per output channel (axis 1).
+                let (bv, _) = input(2)?;
+                let ch = self.def("long long", "t", &Self::coord(idx, &oshape, 1));
+                let bval = self.at(bv, &ch)?;
+                return Ok(self.def("float", "v", &round(&format!("{p} + {bval}"), od)));
+            }
+            if pd != od {
+                return Ok(self.def("float", "v", &round(&p, od)));
+            }
+            return Ok(p);
         }
         if let Some(c) = self.attention {
             if ii == c.m2 && pos == 0 {

@@ -167,6 +167,22 @@ pub struct KernelSource {
     pub blas: Vec<BlasStep>,
 }
 
+impl KernelSource {
+    /// A kernel whose cuBLAS products are its whole work: no source and no launch after them.
+    fn cublas_only(kernel: &Kernel, blas: Vec<BlasStep>) -> Self {
+        KernelSource {
+            kernel: kernel.id,
+            name: kernel.name.clone(),
+            entry: String::new(),
+            source: String::new(),
+            params: Vec::new(),
+            args: Vec::new(),
+            launch: Launch::None,
+            blas,
+        }
+    }
+}
+
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
 /// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
@@ -474,16 +490,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None }];
     let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
-        return Ok(Some(KernelSource {
-            kernel: kernel.id,
-            name: kernel.name.clone(),
-            entry: String::new(),
-            source: String::new(),
-            params: Vec::new(),
-            args: Vec::new(),
-            launch: Launch::None,
-            blas,
-        }));
+        return Ok(Some(KernelSource::cublas_only(kernel, blas)));
     }
     let mut src = emit::generate(kernel, Some((vy, c_buf, c_dtype)))?;
     src.blas = blas;
@@ -492,7 +499,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
 
 /// One product of [`stored_products`]: its cuBLAS step, how the epilogue finds it, and whether anything but its
 /// layout lies between it and its output.
-struct Stored {
+struct StoredProduct {
     step: BlasStep,
     read: emit::Stored,
     end: ValueId,
@@ -502,7 +509,7 @@ struct Stored {
 /// A MatMul or Gemm (neither operand transposed) stored by cuBLAS where its chain's output lives
 /// ([`layout::chain_output`]): permuted ([`layout::Store`]) or in order. `None` when the operands, the chain or
 /// the placement do not allow it.
-fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<Stored>> {
+fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<StoredProduct>> {
     let (alpha, has_c) = match &instr.op {
         Op::MatMul => (1.0, false),
         Op::Gemm { alpha, trans_a: false, trans_b: false, .. } => (*alpha, instr.inputs.len() == 3),
@@ -560,7 +567,7 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
         return Ok(None);
     }
     let bare = chain.layout_only && !has_c && o.dtype == y.dtype;
-    Ok(Some(Stored { step, read: (vy, po.buffer, o.dtype, chain.factors), end: chain.end, bare }))
+    Ok(Some(StoredProduct { step, read: (vy, po.buffer, o.dtype, chain.factors), end: chain.end, bare }))
 }
 
 /// The kernel as cuBLAS products, each stored where its own chain's output lives (a permuted store, sibling
@@ -569,7 +576,7 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
 /// per-element kernel computes the products) unless every anchor stores, every written value ends one chain,
 /// and no product's buffer overlaps another's or anything the kernel reads.
 fn stored_products(kernel: &Kernel, anchors: &[&graph_plan::Instr]) -> CudaResult<Option<KernelSource>> {
-    let mut products: Vec<Stored> = Vec::with_capacity(anchors.len());
+    let mut products: Vec<StoredProduct> = Vec::with_capacity(anchors.len());
     for instr in anchors {
         match stored_product(kernel, instr)? {
             Some(p) => products.push(p),
@@ -593,16 +600,7 @@ fn stored_products(kernel: &Kernel, anchors: &[&graph_plan::Instr]) -> CudaResul
     }
     let blas: Vec<BlasStep> = products.iter().map(|p| p.step).collect();
     if products.iter().all(|p| p.bare) {
-        return Ok(Some(KernelSource {
-            kernel: kernel.id,
-            name: kernel.name.clone(),
-            entry: String::new(),
-            source: String::new(),
-            params: Vec::new(),
-            args: Vec::new(),
-            launch: Launch::None,
-            blas,
-        }));
+        return Ok(Some(KernelSource::cublas_only(kernel, blas)));
     }
     let mut src = emit::generate_stored(kernel, products.into_iter().map(|p| p.read).collect())?;
     src.blas = blas;
