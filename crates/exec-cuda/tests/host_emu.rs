@@ -456,6 +456,7 @@ fn permuted_epilogues_write_the_permuted_layout() {
     // Both products are cuBLAS calls that store straight into the permuted outputs.
     let plan =
         ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps), ..PlanOptions::default() }).unwrap();
+    graph_plan::verify(&plan).unwrap();
     let stored =
         codegen::generate_all(&plan).unwrap().iter().filter(|s| s.blas.iter().any(|b| b.store.is_some())).count();
     assert_eq!(stored, 2);
@@ -499,6 +500,7 @@ fn projections_store_their_heads_through_cublas() {
     let plan =
         ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps.clone()), ..PlanOptions::default() })
             .unwrap();
+    graph_plan::verify(&plan).unwrap();
     let sources = codegen::generate_all(&plan).unwrap();
     let calls: Vec<usize> =
         sources.iter().flat_map(|s| &s.blas).filter(|b| b.store.is_some()).map(|b| b.call_count()).collect();
@@ -558,6 +560,7 @@ fn packed_qkv_stores_every_part_through_cublas() {
     let plan =
         ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps.clone()), ..PlanOptions::default() })
             .unwrap();
+    graph_plan::verify(&plan).unwrap();
     let sources = codegen::generate_all(&plan).unwrap();
     let store = sources.iter().flat_map(|s| &s.blas).find_map(|b| b.store).expect("a stored product");
     assert_eq!(store.gemm.batch * store.calls(), 12, "3 parts x 2 heads x 2 images");
