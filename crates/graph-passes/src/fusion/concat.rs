@@ -123,26 +123,20 @@ fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mu
     let a = u128::from(alignment.max(1));
     let bytes = |t: TensorId| (graph.tensor(t).size_bytes() as u128).div_ceil(a) * a;
     let n = order.order.len();
-    // Alias roots and each family's live interval [producer, last reader + 1) over the node positions.
-    let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+    // Each alias family's live interval [producer, last reader + 1) over the node positions.
+    let root = crate::group_graph::alias_roots(graph, order);
     let mut span: SecondaryMap<TensorId, (usize, usize)> = SecondaryMap::with_capacity(graph.num_tensors());
     for (i, &id) in order.order.iter().enumerate() {
         let node = graph.node(id);
         if node.op.is_view() {
-            let r = node.inputs.first().map(|&x| root.get(x).copied().unwrap_or(x));
-            for &o in &node.outputs {
-                root.insert(o, r.unwrap_or(o));
-            }
             continue;
         }
         for &t in &node.inputs {
-            let r = root.get(t).copied().unwrap_or(t);
-            if let Some(s) = span.get_mut(r) {
+            if let Some(s) = span.get_mut(root[t]) {
                 s.1 = s.1.max(i + 1);
             }
         }
         for &o in &node.outputs {
-            root.insert(o, o);
             match graph.tensor(o).role {
                 TensorRole::Intermediate => {
                     span.insert(o, (i, i + 1));
