@@ -497,15 +497,16 @@ impl Groups {
     }
 
     /// The live group a possibly dead group id now belongs to.
+    /// Reads only `merged_into` (a live group, or a view outside every group, has none): one compact array,
+    /// not the groups' records, because the cycle checks resolve every neighbour they visit.
     pub fn resolve(&self, mut x: u32) -> u32 {
-        while !self.g[x as usize].alive {
+        loop {
             let next = self.merged_into[x as usize];
             if next == NONE {
                 return x;
             }
             x = next;
         }
-        x
     }
 
     fn inside(&self, a: u32, b: u32) -> impl Fn(u32) -> bool + '_ {
