@@ -30,6 +30,17 @@ use graph_ir::{ComputeGraph, DType, NodeId, Op, OpCategory, OpCost, Shape};
 use crate::device::{DeviceProfile, Grid, LaunchEstimate};
 use crate::fusion::{FusedGroup, GroupKind};
 
+/// Every fused group's cost and launch estimate, in group order: computed once per pipeline run and passed
+/// to the stream pass (its task times) and to lowering (each kernel's figures), which would otherwise each
+/// estimate every group again.
+pub fn estimate_groups(
+    graph: &ComputeGraph,
+    fusion: &crate::fusion::FusionPlan,
+    device: &DeviceProfile,
+) -> Vec<(OpCost, LaunchEstimate)> {
+    fusion.groups.iter().map(|g| estimate_group(graph, g, device)).collect()
+}
+
 /// Estimate a fused group's launch: its cost is the sum of its nodes' minus the traffic of intermediates that
 /// never leave the kernel; its grid follows the kernel kind (module docs).
 pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceProfile) -> (OpCost, LaunchEstimate) {

@@ -29,8 +29,9 @@
 //! In debug and test builds a consistency check runs after each pass ([`crate::pass_checks`]); a failure is an
 //! [`InternalError`] naming the pass. [`run_pipeline`] can stop after a named pass, for tools and benches.
 
-use graph_ir::{ComputeGraph, GraphError};
-use graph_passes::device::DeviceProfile;
+use graph_ir::{ComputeGraph, GraphError, OpCost};
+use graph_passes::device::{DeviceProfile, LaunchEstimate};
+use graph_passes::estimate;
 use graph_passes::fusion::{self, FusionOptions, FusionPlan};
 use graph_passes::group_graph::GroupGraph;
 use graph_passes::memory::{self, MemoryOptions, MemoryPlan};
@@ -250,6 +251,10 @@ pub struct PipelineResult {
     pub memory: Option<MemoryPlan>,
     /// Stream plan.
     pub stream: Option<StreamPlan>,
+    /// Each fused group's cost and launch estimate on the target's device (`estimate::estimate_groups`), made
+    /// once with the stream plan: the stream pass times its tasks with them and lowering gives them to the
+    /// kernels. `None` before the stream pass.
+    pub estimates: Option<Vec<(OpCost, LaunchEstimate)>>,
     /// Milliseconds per pass, in first-run order (passes memory-aware ordering runs more than once summed).
     pub pass_ms: Vec<(String, f64)>,
     /// The graph the passes planned when the precision transform rewrote the input (`None`: the input itself).
@@ -475,6 +480,7 @@ fn run_passes(
         groups: None,
         memory: None,
         stream: None,
+        estimates: None,
         pass_ms: Vec::new(),
         rewritten: None,
         precision: None,
@@ -551,9 +557,13 @@ fn run_passes(
     let memory = memory.ok_or_else(|| bug("pipeline", "memory plan missing"))?;
     if !stop(Pass::Memory) {
         let sopts = StreamOptions::new(target.clone());
-        let s = clock.run(Pass::Stream, || stream::analyse(graph, &fusion, &groups, &memory, &sopts));
+        let (s, estimates) = clock.run(Pass::Stream, || {
+            let estimates = estimate::estimate_groups(graph, &fusion, &target.device);
+            (stream::analyse_estimated(&estimates, &groups, &memory, &sopts), estimates)
+        });
         crate::pass_checks::after_stream(&s, fusion.groups.len(), target.streams)?;
         r.stream = Some(s);
+        r.estimates = Some(estimates);
     }
     r.fusion = Some(fusion);
     r.groups = Some(groups);
@@ -689,7 +699,10 @@ impl ExecutionPlan {
         };
         let mut clock = PassClock { ms: r.pass_ms.clone() };
         let device = &r.target.device;
-        let lowered = clock.run(Pass::Lower, || crate::lower::lower(graph, fusion, groups, mem, device))?;
+        let lowered = clock.run(Pass::Lower, || match &r.estimates {
+            Some(e) => crate::lower::lower(graph, fusion, groups, mem, e),
+            None => crate::lower::lower(graph, fusion, groups, mem, &estimate::estimate_groups(graph, fusion, device)),
+        })?;
         let steps = clock.run(Pass::Emit, || crate::emit::emit(graph, fusion, mem, streams, &lowered))?;
         let mut plan = ExecutionPlan::assemble(graph, mem, streams, lowered, steps, device.clone());
         let facts = crate::report::Facts {

@@ -3,13 +3,13 @@
 //! become the plan's external [`Binding`]s. Reuse edges between kernels become [`KernelOrder`]s. Nothing here
 //! decides an order or a synchronisation. O(N + E).
 
-use graph_ir::{ComputeGraph, TensorId, TensorRole};
-use graph_passes::device::DeviceProfile;
-use graph_passes::estimate::estimate_group;
-use graph_passes::fusion::{FusionPlan, GroupKind};
+use graph_ir::{ComputeGraph, Node, NodeId, OpCost, TensorId, TensorRole};
+use graph_passes::device::LaunchEstimate;
+use graph_passes::fusion::{FusedGroup, FusionPlan, GroupKind};
 use graph_passes::group_graph::GroupGraph;
 use graph_passes::memory::{MemoryPlan, Placement};
 use graph_passes::PlanResult;
+use rayon::prelude::*;
 use std::collections::HashMap;
 
 use crate::build::bug;
@@ -43,54 +43,35 @@ pub(crate) fn place(graph: &ComputeGraph, mem: &MemoryPlan, t: TensorId) -> Plan
         .ok_or_else(|| bug("lower", format!("tensor '{}' has no placement", graph.tensor(t).name)))
 }
 
-/// Lower the fused groups and the external bindings.
+/// Lower the fused groups and the external bindings. `estimates` are the groups' cost and launch estimates
+/// (`estimate::estimate_groups`, made once for the stream pass). Kernels are lowered in parallel: each is a
+/// function of its group alone, and their order (and ids) is the groups' order whatever the threads do.
 pub(crate) fn lower(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
     groups: &GroupGraph,
     mem: &MemoryPlan,
-    device: &DeviceProfile,
+    estimates: &[(OpCost, LaunchEstimate)],
 ) -> PlanResult<Lowered> {
-    let mut kernel_of_group: Vec<Option<KernelId>> = vec![None; fusion.groups.len()];
-    let mut kernels: Vec<Kernel> = Vec::new();
-    for (gi, g) in fusion.groups.iter().enumerate() {
-        if g.kind == GroupKind::Copy {
-            continue;
-        }
-        let id = KernelId::from_index(kernels.len());
-        let mut values: Vec<Value> = Vec::new();
-        let mut vid: HashMap<TensorId, ValueId> = HashMap::new();
-        let mut value_of = |t: TensorId, values: &mut Vec<Value>| -> ValueId {
-            *vid.entry(t).or_insert_with(|| {
-                let tensor = graph.tensor(t);
-                values.push(Value { name: tensor.name.clone(), dtype: tensor.dtype, shape: tensor.shape.clone() });
-                ValueId::from_index(values.len() - 1)
-            })
-        };
-        let param = |t: TensorId, value: ValueId, access: Access| -> PlanResult<Param> {
-            let root = graph.tensor(groups.root(t)).name.clone();
-            Ok(Param { value, root, buffer: place(graph, mem, t)?, access })
-        };
-        let mut params = Vec::with_capacity(g.inputs.len() + g.outputs.len());
-        for &t in &g.inputs {
-            let v = value_of(t, &mut values);
-            params.push(param(t, v, Access::Read)?);
-        }
-        let mut body = Vec::with_capacity(g.nodes.len());
-        for &n in &g.nodes {
-            let node = graph.node(n);
-            let inputs = node.inputs.iter().map(|&t| value_of(t, &mut values)).collect();
-            let outputs = node.outputs.iter().map(|&t| value_of(t, &mut values)).collect();
-            body.push(Instr { node: node.name.clone(), op: node.op.clone(), inputs, outputs });
-        }
-        for &t in &g.outputs {
-            let v = value_of(t, &mut values);
-            params.push(param(t, v, Access::Write)?);
-        }
-        let (cost, estimate) = estimate_group(graph, g, device);
-        kernel_of_group[gi] = Some(id);
-        kernels.push(Kernel { id, name: id.to_string(), kind: g.kind, values, params, body, cost, estimate });
+    if estimates.len() != fusion.groups.len() {
+        return Err(bug("lower", format!("{} estimates for {} groups", estimates.len(), fusion.groups.len())));
     }
+    let mut kernel_of_group: Vec<Option<KernelId>> = vec![None; fusion.groups.len()];
+    let mut todo: Vec<(usize, KernelId)> = Vec::with_capacity(fusion.groups.len());
+    for (gi, g) in fusion.groups.iter().enumerate() {
+        if g.kind != GroupKind::Copy {
+            let id = KernelId::from_index(todo.len());
+            kernel_of_group[gi] = Some(id);
+            todo.push((gi, id));
+        }
+    }
+    let one = |&(gi, id): &(usize, KernelId)| lower_group(graph, &fusion.groups[gi], id, groups, mem, estimates[gi]);
+    // Below a few hundred kernels the work is too small to split (rayon's hand-off would cost more).
+    let kernels: Vec<Kernel> = if todo.len() >= PARALLEL_KERNELS {
+        todo.par_iter().map(one).collect::<PlanResult<_>>()?
+    } else {
+        todo.iter().map(one).collect::<PlanResult<_>>()?
+    };
     let mut bindings = Vec::new();
     for &t in graph.inputs().iter().chain(graph.weights()).chain(graph.outputs()) {
         let tensor = graph.tensor(t);
@@ -109,15 +90,18 @@ pub(crate) fn lower(
             data: tensor.data.as_ref().map(|d| d.to_vec()),
         });
     }
-    let nodes: Vec<PlanNode> = graph
-        .nodes()
-        .map(|(id, n)| PlanNode {
-            name: n.name.clone(),
-            op: n.op.name().to_string(),
-            view: n.op.is_view(),
-            eliminated: fusion.is_eliminated(graph, id),
-        })
-        .collect();
+    let plan_node = |&(id, n): &(NodeId, &Node)| PlanNode {
+        name: n.name.clone(),
+        op: n.op.name().to_string(),
+        view: n.op.is_view(),
+        eliminated: fusion.is_eliminated(graph, id),
+    };
+    let all: Vec<(NodeId, &Node)> = graph.nodes().collect();
+    let nodes: Vec<PlanNode> = if todo.len() >= PARALLEL_KERNELS {
+        all.par_iter().map(plan_node).collect()
+    } else {
+        all.iter().map(plan_node).collect()
+    };
     let mut orders: Vec<KernelOrder> = mem
         .reuse_edges
         .iter()
@@ -129,4 +113,68 @@ pub(crate) fn lower(
     orders.sort_unstable();
     orders.dedup();
     Ok(Lowered { kernels, kernel_of_group, bindings, nodes, orders })
+}
+
+/// Values up to which a kernel finds a tensor's value by scanning (then by a map).
+const SCAN_VALUES: usize = 32;
+
+/// Kernels from which [`lower`] splits the work across threads.
+const PARALLEL_KERNELS: usize = 2048;
+
+/// One kernel: the group's values (each graph tensor it touches, once), parameters and instructions.
+fn lower_group(
+    graph: &ComputeGraph,
+    g: &FusedGroup,
+    id: KernelId,
+    groups: &GroupGraph,
+    mem: &MemoryPlan,
+    (cost, estimate): (OpCost, LaunchEstimate),
+) -> PlanResult<Kernel> {
+    let mut values: Vec<Value> = Vec::new();
+    // Value of each tensor seen so far: most kernels have a handful, so a scan beats hashing; the map takes
+    // over in a large kernel so that lowering stays linear.
+    let mut seen: Vec<TensorId> = Vec::new();
+    let mut index: HashMap<TensorId, ValueId> = HashMap::new();
+    let mut value_of = |t: TensorId, values: &mut Vec<Value>| -> ValueId {
+        if seen.len() <= SCAN_VALUES {
+            if let Some(i) = seen.iter().position(|&u| u == t) {
+                return ValueId::from_index(i);
+            }
+        } else if let Some(&v) = index.get(&t) {
+            return v;
+        }
+        let tensor = graph.tensor(t);
+        let v = ValueId::from_index(values.len());
+        values.push(Value { name: tensor.name.clone(), dtype: tensor.dtype, shape: tensor.shape.clone() });
+        seen.push(t);
+        if seen.len() > SCAN_VALUES {
+            if index.is_empty() {
+                index.extend(seen.iter().enumerate().map(|(i, &u)| (u, ValueId::from_index(i))));
+            } else {
+                index.insert(t, v);
+            }
+        }
+        v
+    };
+    let param = |t: TensorId, value: ValueId, access: Access| -> PlanResult<Param> {
+        let root = graph.tensor(groups.root(t)).name.clone();
+        Ok(Param { value, root, buffer: place(graph, mem, t)?, access })
+    };
+    let mut params = Vec::with_capacity(g.inputs.len() + g.outputs.len());
+    for &t in &g.inputs {
+        let v = value_of(t, &mut values);
+        params.push(param(t, v, Access::Read)?);
+    }
+    let mut body = Vec::with_capacity(g.nodes.len());
+    for &n in &g.nodes {
+        let node = graph.node(n);
+        let inputs = node.inputs.iter().map(|&t| value_of(t, &mut values)).collect();
+        let outputs = node.outputs.iter().map(|&t| value_of(t, &mut values)).collect();
+        body.push(Instr { node: node.name.clone(), op: node.op.clone(), inputs, outputs });
+    }
+    for &t in &g.outputs {
+        let v = value_of(t, &mut values);
+        params.push(param(t, v, Access::Write)?);
+    }
+    Ok(Kernel { id, name: id.to_string(), kind: g.kind, values, params, body, cost, estimate })
 }

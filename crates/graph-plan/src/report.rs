@@ -15,6 +15,9 @@ use graph_passes::{GroupId, PlanResult};
 use crate::build::{bug, OrderChoice, OrderOutcome};
 use crate::plan::{ExecutionPlan, PlanStats, PlanStep};
 
+/// Tasks from which the report computes its bounds on two threads.
+const PARALLEL_TASKS: usize = 2048;
+
 /// What the report needs beyond the plan: the facts the pipeline derived once.
 pub(crate) struct Facts<'a> {
     /// The group graph (data edges).
@@ -49,9 +52,8 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
         .fold(0u64, u64::saturating_add);
     // The plan's steps as tasks, simulated once (the makespan only: the report's bounds are those of the
     // group DAG below, so the stream-order bound `simulate` adds would be computed for nothing).
-    let (mut tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;
+    let (tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;
     let overhead_us = LaunchMode::Graph.overhead_us(device);
-    let makespan_us = timing::simulate_makespan(&tasks, overhead_us).map_err(timing_bug)?;
     let serial_us: f64 = tasks.iter().map(|t| t.duration_us + overhead_us).sum();
     // The bounds of any stream assignment: the same launches with the group DAG's edges as their only
     // dependencies. Steps run the copies of aliased outputs first, then one step per group.
@@ -62,9 +64,9 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
     for (i, g) in order.iter().enumerate() {
         task_of[g.index()] = first + i;
     }
-    // `energetic`: with the energetic path (O(T w^2)); only the bound with reuse edges reports it.
-    let mut bound_over = |preds: &[Vec<GroupId>], energetic: bool| {
-        for (i, task) in tasks.iter_mut().enumerate() {
+    let over = |preds: &[Vec<GroupId>]| -> Vec<timing::Task> {
+        let mut over = tasks.clone();
+        for (i, task) in over.iter_mut().enumerate() {
             task.deps = match i.checked_sub(first) {
                 Some(j) => {
                     preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect()
@@ -72,14 +74,20 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
                 None => Vec::new(),
             };
         }
-        if energetic {
-            timing::dag_bound(&tasks, overhead_us).map_err(timing_bug)
-        } else {
-            timing::dag_critical_path(&tasks, overhead_us).map_err(timing_bug)
-        }
+        over
     };
-    let b = bound_over(&f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to))), true)?;
-    let data = bound_over(f.groups.all_preds(), false)?;
+    let reuse_preds = f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to)));
+    // The energetic bound (over data and reuse edges; O(T w^2), most of the report) and, beside it, the
+    // simulated makespan (the plan's own steps) and the data-edge bound: independent figures, on two threads
+    // once the plan is large enough to repay the hand-off.
+    let energetic = || timing::dag_bound(&over(&reuse_preds), overhead_us);
+    let rest = || {
+        let makespan = timing::simulate_makespan(&tasks, overhead_us);
+        (makespan, timing::dag_critical_path(&over(f.groups.all_preds()), overhead_us))
+    };
+    let (b, (makespan, data)) =
+        if tasks.len() >= PARALLEL_TASKS { rayon::join(energetic, rest) } else { (energetic(), rest()) };
+    let (b, makespan_us, data) = (b.map_err(timing_bug)?, makespan.map_err(timing_bug)?, data.map_err(timing_bug)?);
     let order_outcome = f.order.unwrap_or(OrderOutcome {
         given_lower_bound_bytes: mem.lower_bound_bytes,
         chosen_lower_bound_bytes: mem.lower_bound_bytes,

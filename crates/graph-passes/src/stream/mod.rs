@@ -47,13 +47,15 @@ use graph_ir::ComputeGraph;
 use serde::{Deserialize, Serialize};
 
 use crate::device::DeviceProfile;
-use crate::estimate::estimate_group;
+use crate::device::LaunchEstimate;
+use crate::estimate::estimate_groups;
 use crate::fusion::FusionPlan;
 use crate::group_graph::GroupGraph;
 use crate::ids::{GroupId, StreamId};
 use crate::memory::MemoryPlan;
 use crate::target::Target;
 use crate::timing::{self, LaunchMode, Task, TaskId};
+use graph_ir::OpCost;
 
 /// Default reachability window of the transitive reduction (groups).
 pub const DEFAULT_WINDOW: usize = 4096;
@@ -189,15 +191,13 @@ pub fn group_predecessors(groups: &GroupGraph, memory: &MemoryPlan) -> Vec<Vec<G
 
 /// Modelled time (with the launch overhead of `opts.launch_mode`) and occupancy of every group.
 pub fn group_costs(graph: &ComputeGraph, fusion: &FusionPlan, opts: &StreamOptions) -> (Vec<f64>, Vec<f64>) {
+    times_of(&estimate_groups(graph, fusion, &opts.target.device), opts)
+}
+
+/// Task times (with the launch overhead of `opts.launch_mode`) and occupancies from the groups' estimates.
+fn times_of(estimates: &[(OpCost, LaunchEstimate)], opts: &StreamOptions) -> (Vec<f64>, Vec<f64>) {
     let overhead = opts.launch_mode.overhead_us(&opts.target.device);
-    fusion
-        .groups
-        .iter()
-        .map(|g| {
-            let e = estimate_group(graph, g, &opts.target.device).1;
-            (e.time_us + overhead, e.occupancy)
-        })
-        .unzip()
+    estimates.iter().map(|(_, e)| (e.time_us + overhead, e.occupancy)).unzip()
 }
 
 /// Run the stream pass.
@@ -208,9 +208,20 @@ pub fn analyse(
     memory: &MemoryPlan,
     opts: &StreamOptions,
 ) -> StreamPlan {
+    analyse_estimated(&estimate_groups(graph, fusion, &opts.target.device), groups, memory, opts)
+}
+
+/// [`analyse`] on the groups' estimates made beforehand (`estimate::estimate_groups` for `opts.target`'s
+/// device; the pipeline makes them once and lowering reuses them).
+pub fn analyse_estimated(
+    estimates: &[(OpCost, LaunchEstimate)],
+    groups: &GroupGraph,
+    memory: &MemoryPlan,
+    opts: &StreamOptions,
+) -> StreamPlan {
     let _span = tracing::debug_span!("stream").entered();
     let preds = group_predecessors(groups, memory);
-    let (time, occupancy) = group_costs(graph, fusion, opts);
+    let (time, occupancy) = times_of(estimates, opts);
     assign(&preds, &time, &occupancy, opts)
 }
 
