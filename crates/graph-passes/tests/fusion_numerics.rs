@@ -55,7 +55,7 @@ proptest! {
     #[test]
     fn fused_rows_graphs_equal_reference_under_random_caps(seed in any::<u64>(), n in 2usize..45, caps in caps_strategy()) {
         let g = rows_graph(seed, n, false);
-        let r = run(&g, FusionOptions { enabled: true, horizontal: true, caps }, 2, seed);
+        let r = run(&g, FusionOptions { enabled: true, horizontal: true, caps, decisions: true }, 2, seed);
         assert_equal(&g, &r);
     }
 

@@ -17,6 +17,12 @@ fn check_all(g: &ComputeGraph, opts: &FusionOptions, streams: usize) {
     check(g, &p, &opts.caps);
     let again = fuse_streams(g, opts, streams);
     assert_eq!(names(g, &p), names(g, &again), "not deterministic");
+    // Without decisions: the same groups, counters and Concat slots, and no decision recorded.
+    let quiet = fuse_streams(g, &FusionOptions { decisions: false, ..opts.clone() }, streams);
+    assert_eq!(quiet.groups, p.groups);
+    assert_eq!(quiet.stats, p.stats);
+    assert_eq!(quiet.concat_slots, p.concat_slots);
+    assert!(quiet.decisions.is_empty());
     let mut po = PlanOptions::with_streams(streams);
     po.fusion = opts.clone();
     let plan = ExecutionPlan::build_with(g, &po).unwrap();
@@ -47,7 +53,7 @@ proptest! {
     #[test]
     fn rows_graphs_random_caps(seed in any::<u64>(), n in 1usize..60, caps in caps_strategy(), horizontal in any::<bool>()) {
         let g = rows_graph(seed, n, true);
-        check_all(&g, &FusionOptions { enabled: true, horizontal, caps }, 1);
+        check_all(&g, &FusionOptions { enabled: true, horizontal, caps, decisions: true }, 1);
     }
 
     #[test]
@@ -59,7 +65,7 @@ proptest! {
     #[test]
     fn random_dags_random_caps(n in 1usize..200, fan_in in 1usize..5, seed in any::<u64>(), caps in caps_strategy()) {
         let g = synth::random_dag(n, fan_in, seed).unwrap();
-        check_all(&g, &FusionOptions { enabled: true, horizontal: true, caps }, 2);
+        check_all(&g, &FusionOptions { enabled: true, horizontal: true, caps, decisions: true }, 2);
     }
 
     #[test]
@@ -73,7 +79,7 @@ proptest! {
         ];
         for g in &graphs {
             check_all(g, &FusionOptions::default(), streams);
-            check_all(g, &FusionOptions { enabled: true, horizontal: true, caps: caps.clone() }, streams);
+            check_all(g, &FusionOptions { enabled: true, horizontal: true, caps: caps.clone(), decisions: true }, streams);
         }
     }
 }

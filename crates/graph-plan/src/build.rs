@@ -375,7 +375,9 @@ fn settle_concats(
     }
     tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
     let why = format!("they would raise lower_bound_bytes from {without} to {with}");
-    concat_memory_decisions(graph, &front.fusion, &mut alt.fusion, &why);
+    if opts.fusion.decisions {
+        concat_memory_decisions(graph, &front.fusion, &mut alt.fusion, &why);
+    }
     Ok(alt)
 }
 
@@ -549,7 +551,9 @@ fn run_passes(
         off.caps.concat_elimination = false;
         let mut fusion = clock.run(Pass::Fusion, || fusion::analyse_for(graph, &front.topo, &off, &target));
         crate::pass_checks::after_fusion(graph, &fusion)?;
-        concat_memory_decisions(graph, &front.fusion, &mut fusion, &format!("with them the pool fails: {e}"));
+        if opts.fusion.decisions {
+            concat_memory_decisions(graph, &front.fusion, &mut fusion, &format!("with them the pool fails: {e}"));
+        }
         front = Front::with_fusion(graph, front.topo.clone(), fusion, &mut clock)?;
         front.plan_memory(graph, opts, &target, &mut clock)?;
     }
@@ -653,6 +657,17 @@ fn memory_ordered(
 }
 
 /// A planner bug in `pass`.
+/// `opts` with fusion decisions off: a plan carries none (`explain` replays fusion to show them), so building
+/// one formats no reasons.
+fn without_decisions(opts: &PlanOptions) -> std::borrow::Cow<'_, PlanOptions> {
+    if !opts.fusion.decisions {
+        return std::borrow::Cow::Borrowed(opts);
+    }
+    let mut o = opts.clone();
+    o.fusion.decisions = false;
+    std::borrow::Cow::Owned(o)
+}
+
 pub(crate) fn bug(pass: &'static str, what: impl std::fmt::Display) -> PlanError {
     PlanError::Internal(InternalError::new(pass, what))
 }
@@ -666,7 +681,7 @@ impl ExecutionPlan {
     /// Build a plan with explicit options: the pipeline, then lowering, step emission and the report.
     pub fn build_with(graph: &ComputeGraph, opts: &PlanOptions) -> PlanResult<Self> {
         let _span = tracing::info_span!("build", graph = graph.name()).entered();
-        let r = run_pipeline(graph, opts, None)?;
+        let r = run_pipeline(graph, &without_decisions(opts), None)?;
         Self::finish(graph, &r)
     }
 
@@ -678,7 +693,7 @@ impl ExecutionPlan {
             return Self::build_with(&graph, opts);
         }
         let _span = tracing::info_span!("build", graph = graph.name()).entered();
-        let r = run_pipeline_owned(graph, opts)?;
+        let r = run_pipeline_owned(graph, &without_decisions(opts))?;
         let rewritten = r.rewritten.as_ref().ok_or_else(|| bug("pipeline", "the owned pipeline lost its graph"))?;
         Self::finish(rewritten, &r)
     }

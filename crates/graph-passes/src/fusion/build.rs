@@ -569,6 +569,12 @@ impl Pass<'_, '_> {
             }
         }
         let kinds: Vec<GroupKind> = live.iter().map(|&g| groups.g[g as usize].kind).collect();
+        if !self.opts.decisions {
+            let mut plan = assemble(d, order, gof, kinds, Vec::new());
+            stats.groups = plan.groups.len();
+            plan.stats = stats;
+            return plan;
+        }
         // Each verdict's text is formatted once: many edges share one (every edge between two groups).
         let mut texts: Vec<Option<String>> = vec![None; self.verdicts.len()];
         let mut text = |k: u32| -> String {

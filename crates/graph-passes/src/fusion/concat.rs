@@ -213,8 +213,8 @@ impl Live {
 
 /// Eliminate the candidate Concats of `plan` (see the module docs): drop their groups, renumber the rest, record
 /// the slots, and replace the decisions on their edges (no longer between two kernels) by one `concat` decision
-/// per Concat that stays a kernel of its own.
-pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Candidates) {
+/// per Concat that stays a kernel of its own (when `decisions` are recorded).
+pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Candidates, decisions: bool) {
     let mut slots: SecondaryMap<TensorId, ConcatSlot> = SecondaryMap::new();
     let mut gone: SecondaryMap<NodeId, ()> = SecondaryMap::new();
     let mut refused: Vec<(NodeId, Refusal)> = Vec::new();
@@ -251,6 +251,9 @@ pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Can
                 || !(names.contains(d.producer.as_str()) || names.contains(d.consumer.as_str()))
         });
         plan.stats.groups = plan.groups.len();
+    }
+    if !decisions {
+        refused.clear();
     }
     for (n, (reason, t, detail)) in refused {
         let node = graph.node(n);

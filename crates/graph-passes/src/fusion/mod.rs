@@ -263,11 +263,16 @@ pub struct FusionOptions {
     pub horizontal: bool,
     /// The target backend's capabilities.
     pub caps: FusionCaps,
+    /// Record [`FusionPlan::decisions`]: a decision, with its reason's text, on every edge between two kernels
+    /// and every horizontal candidate. Off, the decisions stay empty and no reason is formatted; the groups are
+    /// the same. `ExecutionPlan::build` turns it off (a plan carries no decisions; `explain` replays fusion).
+    #[serde(default = "default_true")]
+    pub decisions: bool,
 }
 
 impl Default for FusionOptions {
     fn default() -> Self {
-        FusionOptions { enabled: true, horizontal: false, caps: FusionCaps::all() }
+        FusionOptions { enabled: true, horizontal: false, caps: FusionCaps::all(), decisions: true }
     }
 }
 
@@ -584,7 +589,7 @@ impl<'g> Fusion<'g> {
             .then(|| concat::Candidates::new(graph, order, self.slot_alignment, self.alignment));
         let mut plan = build::run(&self.start, order, opts, cands.as_ref());
         if let Some(c) = &cands {
-            concat::eliminate(graph, &mut plan, c);
+            concat::eliminate(graph, &mut plan, c, opts.decisions);
         }
         plan
     }

@@ -397,31 +397,83 @@ fn makespan_in_group_order_with(
     sim.makespan(tasks, 0.0).unwrap_or(f64::INFINITY)
 }
 
-/// The longest path of `stream_of` in group order over stream order and the edges of `reduced`, launch times
+/// The longest path of an assignment in group order over stream order and the edges of `reduced`, launch times
 /// only: no task of the timing model runs faster than alone, so no simulation of the assignment ends earlier
-/// (the stream-order critical path of `timing::bound`, in O(N + E) without a heap). `finish` and `last` are
-/// scratch space.
-fn stream_order_path(
-    reduced: &Csr,
-    stream_of: &[u32],
-    time: &[f64],
-    finish: &mut Vec<f64>,
-    last: &mut Vec<f64>,
-) -> f64 {
-    let n = reduced.len();
-    finish.clear();
-    finish.resize(n, 0.0);
-    last.clear();
-    last.resize(stream_of.iter().map(|&s| s as usize + 1).max().unwrap_or(1), 0.0);
-    let mut longest = 0f64;
-    for g in 0..n {
-        let s = stream_of[g] as usize;
-        let start = reduced.row(g).iter().map(|&p| finish[p as usize]).fold(last[s], f64::max);
-        finish[g] = start + time[g];
-        last[s] = finish[g];
-        longest = longest.max(finish[g]);
+/// (the stream-order critical path of `timing::bound`, in O(N + E) without a heap).
+///
+/// The local search asks it for assignments that differ from a base in one chain's groups, only to learn
+/// whether the path stays below a limit. So the base's path is kept per group ([`StreamPath::rebase`]) and a
+/// move is evaluated from the chain's first group on ([`StreamPath::moved_below`]), stopping as soon as the
+/// path reaches the limit.
+struct StreamPath {
+    /// Streams (the assignment's ids are below this).
+    k: usize,
+    /// The base's finish time of each group.
+    finish: Vec<f64>,
+    /// `last[g * k + s]`: in the base, the finish of the last group before `g` on stream `s` (0 if none).
+    last: Vec<f64>,
+    /// `before[g]`: the longest finish among the base's groups before `g`.
+    before: Vec<f64>,
+    /// Scratch of a move's evaluation: finish times from its first group on, and the streams' last finish.
+    moved: Vec<f64>,
+    cur: Vec<f64>,
+}
+
+impl StreamPath {
+    fn new(n: usize, k: usize) -> StreamPath {
+        StreamPath {
+            k,
+            finish: vec![0.0; n],
+            last: vec![0.0; n * k],
+            before: vec![0.0; n],
+            moved: vec![0.0; n],
+            cur: vec![0.0; k],
+        }
     }
-    longest
+
+    /// Take `stream_of` as the base.
+    fn rebase(&mut self, reduced: &Csr, stream_of: &[u32], time: &[f64]) {
+        let k = self.k;
+        self.cur.iter_mut().for_each(|x| *x = 0.0);
+        let mut longest = 0f64;
+        for g in 0..reduced.len() {
+            self.last[g * k..(g + 1) * k].copy_from_slice(&self.cur);
+            self.before[g] = longest;
+            let s = stream_of[g] as usize;
+            let start = reduced.row(g).iter().map(|&p| self.finish[p as usize]).fold(self.cur[s], f64::max);
+            self.finish[g] = start + time[g];
+            self.cur[s] = self.finish[g];
+            longest = longest.max(self.finish[g]);
+        }
+    }
+
+    /// The path of `stream_of`, which equals the base before group `from`, when it is below `limit`;
+    /// otherwise some value at or above `limit` (the evaluation stops there).
+    fn moved_below(&mut self, reduced: &Csr, stream_of: &[u32], time: &[f64], from: usize, limit: f64) -> f64 {
+        let (k, n) = (self.k, reduced.len());
+        if from >= n {
+            return self.before.get(n.wrapping_sub(1)).map_or(0.0, |&b| b.max(self.finish[n - 1]));
+        }
+        self.cur.copy_from_slice(&self.last[from * k..(from + 1) * k]);
+        let mut longest = self.before[from];
+        for g in from..n {
+            let s = stream_of[g] as usize;
+            let mut start = self.cur[s];
+            for &p in reduced.row(g) {
+                let p = p as usize;
+                let f = if p < from { self.finish[p] } else { self.moved[p] };
+                start = start.max(f);
+            }
+            let f = start + time[g];
+            self.moved[g] = f;
+            self.cur[s] = f;
+            longest = longest.max(f);
+            if longest >= limit {
+                return longest;
+            }
+        }
+        longest
+    }
 }
 
 /// Improve a chain merge by local search under the timing model: chains in priority order (critical first),
@@ -449,7 +501,8 @@ fn refine(
     let mut stream_of: Vec<u32> = chain_of.iter().map(|&c| chain_stream[c as usize]).collect();
     let mut tasks = Vec::new();
     let mut sim = timing::Simulator::default();
-    let (mut finish, mut last) = (Vec::new(), Vec::new());
+    let mut path = StreamPath::new(time.len(), k.max(stream_of.iter().map(|&s| s as usize + 1).max().unwrap_or(1)));
+    path.rebase(reduced, &stream_of, time);
     let mut best = makespan_in_group_order_with(&mut sim, &mut tasks, reduced, &stream_of, time, occ);
     if at_bound(best) {
         return;
@@ -463,6 +516,7 @@ fn refine(
         for &c in &order {
             let keep = chain_stream[c];
             let mut choice = keep;
+            let from = chains[c].iter().min().map_or(0, |&g| g as usize);
             for s in 0..k as u32 {
                 if s == keep {
                     continue;
@@ -473,8 +527,9 @@ fn refine(
                 }
                 // A move whose stream-order path already reaches the makespan to beat cannot be taken: skip
                 // its simulation (the margin covers the two computations' rounding).
-                let path = stream_order_path(reduced, &stream_of, time, &mut finish, &mut last);
-                if path * (1.0 - 1e-12) >= best * (1.0 - 1e-9) {
+                let limit = best * (1.0 - 1e-9) / (1.0 - 1e-12);
+                let p = path.moved_below(reduced, &stream_of, time, from, limit);
+                if p * (1.0 - 1e-12) >= best * (1.0 - 1e-9) {
                     continue;
                 }
                 let m = makespan_in_group_order_with(&mut sim, &mut tasks, reduced, &stream_of, time, occ);
@@ -486,6 +541,9 @@ fn refine(
             chain_stream[c] = choice;
             for &g in &chains[c] {
                 stream_of[g as usize] = choice;
+            }
+            if choice != keep {
+                path.rebase(reduced, &stream_of, time);
             }
             improved |= choice != keep;
             if at_bound(best) {
@@ -564,6 +622,58 @@ pub fn reduce_syncs(preds: &[Vec<GroupId>], stream_of: &[StreamId], num_streams:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The stream-order path of `stream_of` computed from scratch.
+    fn path_from_scratch(reduced: &Csr, stream_of: &[u32], time: &[f64], k: usize) -> f64 {
+        let mut p = StreamPath::new(reduced.len(), k);
+        p.rebase(reduced, stream_of, time);
+        p.finish.iter().copied().fold(0f64, f64::max)
+    }
+
+    proptest! {
+        // A move evaluated from its first group on gives the path computed from scratch when it is below the
+        // limit, and a value at or above the limit otherwise: the local search prunes exactly the same moves.
+        #[test]
+        fn a_moved_chain_s_path_is_the_path_from_scratch(
+            seed in 1u64..u64::MAX,
+            n in 1usize..60,
+            k in 1usize..5,
+            limit_frac in 0.2f64..1.5,
+        ) {
+            let mut rng = crate::test_rng::XorShift::new(seed);
+            let rows: Vec<Vec<u32>> = (0..n)
+                .map(|g| {
+                    let mut r: Vec<u32> = (0..rng.below(4)).filter(|_| g > 0).map(|_| rng.below(g as u64) as u32).collect();
+                    r.sort_unstable();
+                    r.dedup();
+                    r
+                })
+                .collect();
+            let reduced = Csr::from_rows(&rows);
+            let time: Vec<f64> = (0..n).map(|_| rng.below(100) as f64 / 7.0).collect();
+            let base: Vec<u32> = (0..n).map(|_| rng.below(k as u64) as u32).collect();
+            let mut path = StreamPath::new(n, k);
+            path.rebase(&reduced, &base, &time);
+            // Move a random set of groups from `from` on to one stream.
+            let from = rng.below(n as u64) as usize;
+            let to = rng.below(k as u64) as u32;
+            let mut moved = base.clone();
+            for g in from..n {
+                if rng.below(2) == 0 || g == from {
+                    moved[g] = to;
+                }
+            }
+            let exact = path_from_scratch(&reduced, &moved, &time, k);
+            let limit = exact * limit_frac;
+            let got = path.moved_below(&reduced, &moved, &time, from, limit);
+            if exact < limit {
+                prop_assert_eq!(got.to_bits(), exact.to_bits());
+            } else {
+                prop_assert!(got >= limit && got <= exact);
+            }
+        }
+    }
 
     #[test]
     fn redundant_waits_are_dropped() {
