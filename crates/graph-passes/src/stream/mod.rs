@@ -659,9 +659,9 @@ mod tests {
             let from = rng.below(n as u64) as usize;
             let to = rng.below(k as u64) as u32;
             let mut moved = base.clone();
-            for g in from..n {
+            for (g, s) in moved.iter_mut().enumerate().skip(from) {
                 if rng.below(2) == 0 || g == from {
-                    moved[g] = to;
+                    *s = to;
                 }
             }
             let exact = path_from_scratch(&reduced, &moved, &time, k);
