@@ -7,11 +7,6 @@
 
 pub mod peer;
 
-/// Every binary that links the benchmarks (the criterion benches, `cargo xtask bench`) plans under the allocator
-/// the `cuplan` CLI ships with, so that their times are the CLI's; both planners of the peer comparison share it.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use anyhow::{bail, Context, Result};
 use exec_sim::{TimingOptions, TimingReport};
 use graph_ir::{synth, ComputeGraph};

@@ -66,7 +66,6 @@ pub(crate) fn lower(
         }
     }
     let one = |&(gi, id): &(usize, KernelId)| lower_group(graph, &fusion.groups[gi], id, groups, mem, estimates[gi]);
-    // Below a few hundred kernels the work is too small to split (rayon's hand-off would cost more).
     let kernels: Vec<Kernel> = if todo.len() >= PARALLEL_KERNELS {
         todo.par_iter().map(one).collect::<PlanResult<_>>()?
     } else {
@@ -118,8 +117,11 @@ pub(crate) fn lower(
 /// Values up to which a kernel finds a tensor's value by scanning (then by a map).
 const SCAN_VALUES: usize = 32;
 
-/// Kernels from which [`lower`] splits the work across threads.
-const PARALLEL_KERNELS: usize = 2048;
+/// Kernels from which [`lower`] splits the work across threads. Below it the hand-off costs more than it saves:
+/// kernels built on a worker are memory the main thread later frees, and under glibc's malloc (per-thread
+/// arenas) that made lowering 3.7k kernels slower on two threads than on one, while 37k kernels gained
+/// (docs/benchmarks.md, "Planning speed, fourth round").
+const PARALLEL_KERNELS: usize = 16_384;
 
 /// One kernel: the group's values (each graph tensor it touches, once), parameters and instructions.
 fn lower_group(

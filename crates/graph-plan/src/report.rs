@@ -15,8 +15,8 @@ use graph_passes::{GroupId, PlanResult};
 use crate::build::{bug, OrderChoice, OrderOutcome};
 use crate::plan::{ExecutionPlan, PlanStats, PlanStep};
 
-/// Tasks from which the report computes its bounds on two threads.
-const PARALLEL_TASKS: usize = 2048;
+/// Tasks from which the report computes its bounds on two threads (as `lower::PARALLEL_KERNELS`, measured).
+const PARALLEL_TASKS: usize = 16_384;
 
 /// What the report needs beyond the plan: the facts the pipeline derived once.
 pub(crate) struct Facts<'a> {
