@@ -314,7 +314,7 @@ impl Pass<'_, '_> {
         }
         let merged = self.groups.structural(d, caps, pg, cg)?;
         let pv = self.groups.preview(d, pg, cg);
-        self.groups.shaped(d, caps, pg, cg, &merged, &pv)?;
+        self.groups.shaped(d, caps, pg, cg, &merged, &pv, false)?;
         if let Some(why) = self.model.loses_concurrency(d, &self.groups, pg, cg, &pv) {
             return Err((RejectReason::LosesConcurrency, why));
         }
@@ -398,9 +398,14 @@ impl Pass<'_, '_> {
         let d = self.d;
         let caps = &self.opts.caps;
         let merged = self.groups.structural(d, caps, x, y).map_err(|(r, w)| (r, 0, w))?;
+        if !self.opts.decisions {
+            // No decision records which rule refused (nor the score): the row rules, which need no merged
+            // lists, go first, and most refused candidates of a branchy graph stop there. Same verdict.
+            self.groups.shaped_rows(d, caps, x, y, &merged).map_err(|(r, w)| (r, 0, w))?;
+        }
         let score = self.model.score(d, &self.groups, x, y);
         let pv = self.groups.preview(d, x, y);
-        self.groups.shaped(d, caps, x, y, &merged, &pv).map_err(|(r, w)| (r, score, w))?;
+        self.groups.shaped(d, caps, x, y, &merged, &pv, !self.opts.decisions).map_err(|(r, w)| (r, score, w))?;
         let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));
         let (x, y) = dag.ordered(x, y);
         let budget = LOCAL_BUDGET.min(FLOOR_BUDGET.max(self.budget_left));

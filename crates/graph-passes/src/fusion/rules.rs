@@ -779,7 +779,9 @@ impl Groups {
         Ok(Merged { kind, anchor, chain, horizontal, domain })
     }
 
-    /// The rest of legality, on the merged lists: input count, several writers, iteration spaces, row rules.
+    /// The rest of legality, on the merged lists: input count, several writers, iteration spaces, and the row
+    /// rules unless `rows_checked` (the caller ran [`Groups::shaped_rows`] already).
+    #[allow(clippy::too_many_arguments)] // the merge's two groups, its summary and preview, and the flag
     pub fn shaped(
         &self,
         d: &Dense<'_>,
@@ -788,6 +790,7 @@ impl Groups {
         b: u32,
         m: &Merged,
         pv: &Preview,
+        rows_checked: bool,
     ) -> Result<(), Reject> {
         if pv.inputs.len() > caps.max_inputs {
             return reject(
@@ -822,26 +825,34 @@ impl Groups {
                     }
                 }
             }
-            GroupKind::Reduction => {
-                let Some(dom) = self.domains.get(m.domain as usize) else {
-                    return reject(RejectReason::Pattern, Why::ReductionMove);
-                };
-                // Validate the side never checked against this domain, or the smaller side (every edge
-                // between the two touches it).
-                let (da, db) = (self.g[a as usize].domain, self.g[b as usize].domain);
-                let side = match (da == NONE, db == NONE) {
-                    (true, _) => a,
-                    (_, true) => b,
-                    _ if self.size(a) <= self.size(b) => a,
-                    _ => b,
-                };
-                let inside = self.inside(a, b);
-                self.check_rows(d, caps, m.domain, dom, self.members(side), &inside)?;
-                if self.has_moves(d, a) || self.has_moves(d, b) {
-                    self.check_loads(d, dom, a, b, &inside)?;
-                }
-            }
+            GroupKind::Reduction if !rows_checked => self.shaped_rows(d, caps, a, b, m)?,
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// The row rules of a merged reduction kernel (the part of [`Groups::shaped`] that needs no merged lists):
+    /// every member maps onto the domain's rows, and data movement only loads from outside. Ok for other kinds.
+    pub fn shaped_rows(&self, d: &Dense<'_>, caps: &FusionCaps, a: u32, b: u32, m: &Merged) -> Result<(), Reject> {
+        if m.kind != GroupKind::Reduction {
+            return Ok(());
+        }
+        let Some(dom) = self.domains.get(m.domain as usize) else {
+            return reject(RejectReason::Pattern, Why::ReductionMove);
+        };
+        // Validate the side never checked against this domain, or the smaller side (every edge between the two
+        // touches it).
+        let (da, db) = (self.g[a as usize].domain, self.g[b as usize].domain);
+        let side = match (da == NONE, db == NONE) {
+            (true, _) => a,
+            (_, true) => b,
+            _ if self.size(a) <= self.size(b) => a,
+            _ => b,
+        };
+        let inside = self.inside(a, b);
+        self.check_rows(d, caps, m.domain, dom, self.members(side), &inside)?;
+        if self.has_moves(d, a) || self.has_moves(d, b) {
+            self.check_loads(d, dom, a, b, &inside)?;
         }
         Ok(())
     }
