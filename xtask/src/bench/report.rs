@@ -292,8 +292,10 @@ pub fn markdown(r: &Report) -> String {
         "Compile time is the time of `ExecutionPlan::build_with` (all passes, {} streams, H200 profile) through \
          the library in a release build: the median of repeated runs after one warm-up run (a single run when \
          one run is long). Times are **on-CPU time** of the process (`CLOCK_PROCESS_CPUTIME_ID`; the \
-         compile runs on one thread), which equals wall time on an idle machine; this machine is shared, so \
-         wall times (given beside the targets and in `report.json`) include waiting for a core. Per-pass times come from the \
+         compile runs on one thread up to 16,384 kernels, and lowering and the report take a second thread \
+         above that, where on-CPU time exceeds wall time), which equals wall time on an idle machine below \
+         that size; this machine is shared, so wall times (given beside the targets and in `report.json`) \
+         include waiting for a core. Per-pass times come from the \
          pipeline's `pass` tracing spans. Makespans are exec-sim's timing model (the shared \
          evaluator `graph_plan::timing`, CUDA-graph launch overhead) over the plan's steps.\n",
         r.streams
