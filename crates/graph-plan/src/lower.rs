@@ -44,8 +44,9 @@ pub(crate) fn place(graph: &ComputeGraph, mem: &MemoryPlan, t: TensorId) -> Plan
 }
 
 /// Lower the fused groups and the external bindings. `estimates` are the groups' cost and launch estimates
-/// (`estimate::estimate_groups`, made once for the stream pass). Kernels are lowered in parallel: each is a
-/// function of its group alone, and their order (and ids) is the groups' order whatever the threads do.
+/// (`estimate::estimate_groups`, made once for the stream pass). A large plan's kernels are lowered in
+/// parallel ([`PARALLEL_KERNELS`]): each is a function of its group alone, and their order (and ids) is the
+/// groups' order whatever the threads do.
 pub(crate) fn lower(
     graph: &ComputeGraph,
     fusion: &FusionPlan,

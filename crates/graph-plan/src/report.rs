@@ -64,17 +64,14 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
     for (i, g) in order.iter().enumerate() {
         task_of[g.index()] = first + i;
     }
+    // The steps' tasks with `preds` (per group) as their only dependencies.
     let over = |preds: &[Vec<GroupId>]| -> Vec<timing::Task> {
-        let mut over = tasks.clone();
-        for (i, task) in over.iter_mut().enumerate() {
-            task.deps = match i.checked_sub(first) {
-                Some(j) => {
-                    preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect()
-                }
-                None => Vec::new(),
-            };
-        }
-        over
+        let deps = |i: usize| match i.checked_sub(first) {
+            Some(j) => preds[order[j].index()].iter().map(|p| timing::TaskId::from_index(task_of[p.index()])).collect(),
+            None => Vec::new(),
+        };
+        let task = |(i, t): (usize, &timing::Task)| timing::Task { deps: deps(i), ..*t };
+        tasks.iter().enumerate().map(task).collect()
     };
     let reuse_preds = f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to)));
     // The energetic bound (over data and reuse edges; O(T w^2), most of the report) and, beside it, the

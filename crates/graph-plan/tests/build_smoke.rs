@@ -105,6 +105,39 @@ fn finishing_a_pipeline_stopped_early_is_a_caller_error() {
     );
 }
 
+/// The groups' estimates are made once, with the stream plan, and lowering gives them to the kernels: a
+/// pipeline result without them (a caller's) finishes into the same plan, and each kernel carries its group's
+/// estimate. A plan build records no fusion decisions; the pipeline run for tools does.
+#[test]
+fn kernels_carry_the_estimates_made_with_the_stream_plan() {
+    use graph_plan::run_pipeline;
+    let g = synth::inception_like(3, 4).unwrap();
+    for streams in [1, 4] {
+        let opts = PlanOptions::with_streams(streams);
+        let mut r = run_pipeline(&g, &opts, None).unwrap();
+        assert!(!r.fusion.as_ref().unwrap().decisions.is_empty());
+        let estimates = r.estimates.clone().unwrap();
+        let fusion = r.fusion.as_ref().unwrap();
+        assert_eq!(estimates.len(), fusion.groups.len());
+        let with = ExecutionPlan::finish(&g, &r).unwrap();
+        verify(&with).unwrap();
+        for (gi, group) in fusion.groups.iter().enumerate() {
+            let expect = graph_passes::estimate::estimate_group(&g, group, &opts.device);
+            assert_eq!(estimates[gi], expect, "group {gi}");
+        }
+        for k in with.kernels() {
+            assert!(estimates.iter().any(|(c, e)| *c == k.cost && *e == k.estimate), "kernel {}", k.name);
+        }
+        r.estimates = None;
+        let without = ExecutionPlan::finish(&g, &r).unwrap();
+        assert_eq!(with.kernels(), without.kernels());
+        assert_eq!(with.steps, without.steps);
+        let built = ExecutionPlan::build_with(&g, &opts).unwrap();
+        assert_eq!(built.kernels(), with.kernels());
+        assert_eq!(built.steps, with.steps);
+    }
+}
+
 /// Quality floor of the default effort (docs/benchmarks.md): on every synth family, at 1 and 4 streams and
 /// with both order strategies, the pool is packed at its lower bound; `fast` (given order) builds verifying
 /// plans that never go below it. (`max` is left out: ten times the budgets is too slow for a unit test.)
