@@ -82,6 +82,25 @@ fn node(g: &mut ComputeGraph, name: &str, op: Op, ins: &[TensorId]) -> TensorId 
     g.add_node(name, op, ins).unwrap()[0]
 }
 
+/// An attention-style projection `x * w (+ bias)`, its result viewed as `shape` and permuted by `perm` (a head
+/// split, or a packed projection's parts): the chain the stored-product tests plan into one cuBLAS kernel.
+fn projected_heads(
+    g: &mut ComputeGraph,
+    name: &str,
+    x: TensorId,
+    w: TensorId,
+    bias: Option<TensorId>,
+    shape: Vec<i64>,
+    perm: Vec<usize>,
+) -> TensorId {
+    let mut y = node(g, &format!("{name}.mm"), Op::MatMul, &[x, w]);
+    if let Some(b) = bias {
+        y = node(g, &format!("{name}.bias"), Op::Add, &[y, b]);
+    }
+    let r = node(g, &format!("{name}.view"), Op::Reshape { shape, allowzero: false }, &[y]);
+    node(g, &format!("{name}.t"), Op::Transpose { perm: Some(perm) }, &[r])
+}
+
 #[test]
 fn broadcast_chain() {
     let mut g = ComputeGraph::new("t");
@@ -417,10 +436,7 @@ fn permuted_epilogues_write_the_permuted_layout() {
     let x = g.add_input("x", DType::F32, [1, 4, 8]).unwrap();
     let w = g.add_input("w", DType::F32, [8, 8]).unwrap();
     let b = g.add_input("b", DType::F32, [8]).unwrap();
-    let m = node(&mut g, "proj", Op::MatMul, &[x, w]);
-    let a = node(&mut g, "bias", Op::Add, &[m, b]);
-    let r = node(&mut g, "heads", Op::Reshape { shape: vec![1, 4, 2, 4], allowzero: false }, &[a]);
-    let t = node(&mut g, "split", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[r]);
+    let t = projected_heads(&mut g, "proj", x, w, Some(b), vec![1, 4, 2, 4], vec![0, 2, 1, 3]);
     let s = g.add_input("s", DType::F32, [4, 4]).unwrap();
     let sq = node(&mut g, "square", Op::MatMul, &[s, s]);
     let c = g.add_input("c", DType::F32, [4]).unwrap();
@@ -476,20 +492,12 @@ fn projections_store_their_heads_through_cublas() {
     let wq = g.add_input("wq", DType::F32, [8, 8]).unwrap();
     let wk = g.add_input("wk", DType::F32, [8, 8]).unwrap();
     let b = g.add_input("b", DType::F32, [8]).unwrap();
-    let mut heads = |name: &str, w: TensorId, perm: Vec<usize>| {
-        let m = node(&mut g, &format!("{name}.mm"), Op::MatMul, &[x, w]);
-        let a = node(&mut g, &format!("{name}.bias"), Op::Add, &[m, b]);
-        let r = node(&mut g, &format!("{name}.view"), Op::Reshape { shape: vec![2, 4, 2, 4], allowzero: false }, &[a]);
-        node(&mut g, &format!("{name}.t"), Op::Transpose { perm: Some(perm) }, &[r])
-    };
-    let q = heads("q", wq, vec![0, 2, 1, 3]);
-    let k = heads("k", wk, vec![0, 2, 3, 1]);
+    let q = projected_heads(&mut g, "q", x, wq, Some(b), vec![2, 4, 2, 4], vec![0, 2, 1, 3]);
+    let k = projected_heads(&mut g, "k", x, wk, Some(b), vec![2, 4, 2, 4], vec![0, 2, 3, 1]);
     let q = node(&mut g, "q.relu", Op::Relu, &[q]);
     // A value projection without a bias: the stored product is the output, nothing to launch after cuBLAS.
     let wv = g.add_input("wv", DType::F32, [8, 8]).unwrap();
-    let vm = node(&mut g, "v.mm", Op::MatMul, &[x, wv]);
-    let vr = node(&mut g, "v.view", Op::Reshape { shape: vec![2, 4, 2, 4], allowzero: false }, &[vm]);
-    let v = node(&mut g, "v.t", Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[vr]);
+    let v = projected_heads(&mut g, "v", x, wv, None, vec![2, 4, 2, 4], vec![0, 2, 1, 3]);
     g.mark_output(q).unwrap();
     g.mark_output(k).unwrap();
     g.mark_output(v).unwrap();
@@ -549,10 +557,7 @@ fn packed_qkv_stores_every_part_through_cublas() {
     let x = g.add_input("x", DType::F32, [2, 4, 6]).unwrap();
     let w = g.add_input("w", DType::F32, [6, 24]).unwrap();
     let b = g.add_input("b", DType::F32, [24]).unwrap();
-    let m = node(&mut g, "qkv.mm", Op::MatMul, &[x, w]);
-    let a = node(&mut g, "qkv.bias", Op::Add, &[m, b]);
-    let r = node(&mut g, "qkv.view", Op::Reshape { shape: vec![2, 4, 3, 2, 4], allowzero: false }, &[a]);
-    let t = node(&mut g, "qkv.t", Op::Transpose { perm: Some(vec![2, 0, 3, 1, 4]) }, &[r]);
+    let t = projected_heads(&mut g, "qkv", x, w, Some(b), vec![2, 4, 3, 2, 4], vec![2, 0, 3, 1, 4]);
     g.mark_output(t).unwrap();
     let (xv, wv, bv) = (seq(48, 0.1, 0.0), seq(144, 0.05, 0.1), seq(24, 0.3, 0.0));
     let data = [("x", f(&xv)), ("w", f(&wv)), ("b", f(&bv))];
