@@ -96,11 +96,10 @@ pub(crate) fn lower(
         view: n.op.is_view(),
         eliminated: fusion.is_eliminated(graph, id),
     };
-    let all: Vec<(NodeId, &Node)> = graph.nodes().collect();
     let nodes: Vec<PlanNode> = if todo.len() >= PARALLEL_KERNELS {
-        all.par_iter().map(plan_node).collect()
+        graph.nodes().collect::<Vec<(NodeId, &Node)>>().par_iter().map(plan_node).collect()
     } else {
-        all.iter().map(plan_node).collect()
+        graph.nodes().map(|n| plan_node(&n)).collect()
     };
     let mut orders: Vec<KernelOrder> = mem
         .reuse_edges
