@@ -452,41 +452,32 @@ impl Blas {
     /// As [`ColMajorGemm::check`]; [`CudaError::Unsupported`] for an operand address not aligned to its element
     /// size; [`CudaError::Cublas`] when cuBLAS refuses.
     pub fn gemm(&self, g: &ColMajorGemm, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
-        g.check(a.len(), b.len(), c.len())?;
-        let sizes = [g.types.ab.size(), g.types.ab.size(), g.types.c.size()];
-        for ((name, p), size) in ["A", "B", "C"].into_iter().zip([a, b, c]).zip(sizes) {
-            // usize -> u64 is lossless on every target CUDA supports.
-            if p.addr() % size as u64 != 0 {
-                return Err(CudaError::Unsupported {
-                    kernel: g.entry().to_owned(),
-                    what: format!("operand {name} at {:#x} is not aligned to its {size}-byte elements", p.addr()),
-                });
-            }
+        g.check_operands(a, b, c)?;
+        self.handle.gemm(&g.call(a.addr(), b.addr(), c.addr())).map_err(|(call, e)| cublas(call)(e))
+    }
+
+    /// Enqueues `count` products of `g`'s shape (`batch` 1) as one `cublasGemmBatchedEx` (f32 compute, whatever
+    /// the operand types) over device arrays of their operand addresses: `arrays` holds every A, then every B,
+    /// then every C, each already checked with [`ColMajorGemm::check_operands`] ([`PointerArrays`] builds them).
+    /// Capturable: the arrays are read when the call runs, so they must outlive every replay.
+    ///
+    /// # Errors
+    /// [`CudaError::Unsupported`] for a batch other than 1, no products, or arrays too short or misaligned;
+    /// [`CudaError::Cublas`] when cuBLAS refuses.
+    pub fn gemm_pointers(&self, g: &ColMajorGemm, arrays: &PointerArrays) -> CudaResult<()> {
+        let bad = |what: String| CudaError::Unsupported { kernel: "cublasGemmBatchedEx".to_owned(), what };
+        let count = arrays.count;
+        let ptr = arrays.buffer.all();
+        if g.batch != 1 || count == 0 {
+            return Err(bad(format!("batch {} over {count} products (one matrix each, at least one)", g.batch)));
         }
-        // Every value below was checked to fit by `check`; the conversions cannot fail.
-        let int = |v: usize| c_int::try_from(v).unwrap_or(c_int::MAX);
-        let long = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-        let call = GemmCall {
-            trans_a: g.trans_a,
-            trans_b: g.trans_b,
-            m: int(g.m),
-            n: int(g.n),
-            k: int(g.k),
-            alpha: g.alpha,
-            a: a.addr(),
-            lda: int(g.lda),
-            stride_a: long(g.stride_a),
-            b: b.addr(),
-            ldb: int(g.ldb),
-            stride_b: long(g.stride_b),
-            beta: g.beta,
-            c: c.addr(),
-            ldc: int(g.ldc),
-            stride_c: long(g.stride_c),
-            batch: int(g.batch),
-            types: g.types,
+        let Ok(n) = c_int::try_from(count) else {
+            return Err(bad(format!("{count} products exceed cuBLAS's batch count")));
         };
-        self.handle.gemm(&call).map_err(|(call, e)| cublas(call)(e))
+        if ptr.len() < count.saturating_mul(24) || ptr.addr() % 8 != 0 {
+            return Err(bad(format!("{} bytes of operand arrays at {:#x} for {count} products", ptr.len(), ptr.addr())));
+        }
+        self.handle.gemm_pointers(&g.call(0, 0, 0), ptr.addr(), n).map_err(|(call, e)| cublas(call)(e))
     }
 
     /// Enqueues a row-major product (ONNX MatMul/Gemm layout).
@@ -496,6 +487,104 @@ impl Blas {
     pub fn matmul(&self, mm: &Matmul, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
         // Operands swap: the column-major A is the row-major B.
         self.gemm(&mm.to_col_major(), b, a, c)
+    }
+}
+
+/// The device arrays of operand addresses one pointer-array call reads (every A, then every B, then every C),
+/// written once when a plan is prepared: the pool does not move, so they stay valid for every run and replay.
+pub struct PointerArrays {
+    buffer: DeviceBuffer,
+    count: usize,
+}
+
+impl fmt::Debug for PointerArrays {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PointerArrays").field("count", &self.count).finish_non_exhaustive()
+    }
+}
+
+impl PointerArrays {
+    /// Checks every product's operands against `g` (batch 1: [`ColMajorGemm::check_operands`]), then allocates
+    /// the arrays on `device` and writes the addresses through `stream` (synchronised before it returns).
+    ///
+    /// # Errors
+    /// As [`ColMajorGemm::check_operands`] for the first product that fails; [`CudaError::OutOfMemory`] and
+    /// copy errors.
+    pub fn new(
+        device: &Device,
+        stream: &Stream,
+        g: &ColMajorGemm,
+        operands: &[[DevicePtr<'_>; 3]],
+    ) -> CudaResult<Self> {
+        let mut addrs = vec![0u64; operands.len() * 3];
+        let n = operands.len();
+        for (i, [a, b, c]) in operands.iter().enumerate() {
+            g.check_operands(*a, *b, *c)?;
+            addrs[i] = a.addr();
+            addrs[n + i] = b.addr();
+            addrs[2 * n + i] = c.addr();
+        }
+        let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
+        let buffer = device.alloc("cublas-pointer-arrays", bytes.len().max(8))?;
+        stream.copy_to_device(buffer.range("cublas-pointer-arrays", 0, bytes.len())?, &bytes)?;
+        stream.synchronize()?;
+        Ok(Self { buffer, count: n })
+    }
+
+    /// How many products the arrays address.
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
+impl ColMajorGemm {
+    /// [`ColMajorGemm::check`] on device ranges, and each operand's address aligned to its element size: what a
+    /// call on these operands needs before it may be enqueued.
+    ///
+    /// # Errors
+    /// As [`ColMajorGemm::check`]; [`CudaError::Unsupported`] for a misaligned operand.
+    pub fn check_operands(&self, a: DevicePtr<'_>, b: DevicePtr<'_>, c: DevicePtr<'_>) -> CudaResult<()> {
+        self.check(a.len(), b.len(), c.len())?;
+        let sizes = [self.types.ab.size(), self.types.ab.size(), self.types.c.size()];
+        for ((name, p), size) in ["A", "B", "C"].into_iter().zip([a, b, c]).zip(sizes) {
+            // usize -> u64 is lossless on every target CUDA supports.
+            if p.addr() % size as u64 != 0 {
+                return Err(CudaError::Unsupported {
+                    kernel: self.entry().to_owned(),
+                    what: format!("operand {name} at {:#x} is not aligned to its {size}-byte elements", p.addr()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The FFI form of this call on operand addresses `a`, `b`, `c`. Every value was checked to fit by
+    /// [`ColMajorGemm::check`]; the conversions saturate instead of failing.
+    fn call(&self, a: u64, b: u64, c: u64) -> GemmCall {
+        let g = self;
+        let int = |v: usize| c_int::try_from(v).unwrap_or(c_int::MAX);
+        let long = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        GemmCall {
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            m: int(g.m),
+            n: int(g.n),
+            k: int(g.k),
+            alpha: g.alpha,
+            a,
+            lda: int(g.lda),
+            stride_a: long(g.stride_a),
+            b,
+            ldb: int(g.ldb),
+            stride_b: long(g.stride_b),
+            beta: g.beta,
+            c,
+            ldc: int(g.ldc),
+            stride_c: long(g.stride_c),
+            batch: int(g.batch),
+            types: g.types,
+        }
     }
 }
 

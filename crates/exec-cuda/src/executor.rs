@@ -19,7 +19,7 @@ use graph_plan::{
     Region, SetError, TensorMap, Unavailable,
 };
 
-use crate::blas::Blas;
+use crate::blas::{Blas, PointerArrays};
 use crate::capture::{capture, fork_sides, join_sides, Graph};
 use crate::codegen::{self, CodegenOptions, KernelSource, Launch};
 use crate::device::{Device, DeviceBuffer, DevicePtr, Event, Kernel, KernelArg, LaunchDims, Module, Stream};
@@ -195,6 +195,9 @@ pub struct PrepareInfo {
     pub from_disk: u64,
     /// Products that run on cuBLAS (a kernel of sibling products has several).
     pub cublas_products: usize,
+    /// cuBLAS calls one run enqueues: products of one shape in one kernel share one pointer-array call
+    /// (`codegen::gemm_launches`), so this is at most `cublas_products` plus the loops of permuted stores.
+    pub cublas_calls: usize,
     /// Why cuBLAS is not used, when products fell back to generated kernels.
     pub cublas_fallback: Option<String>,
     /// Products cuBLAS cannot run on this device in their precision (a bf16 product below compute capability
@@ -212,6 +215,7 @@ pub struct PrepareInfo {
 struct PlanResources {
     graph: Option<Graph>,
     blas: Vec<Option<Blas>>,
+    gemms: Vec<Vec<PreparedGemm>>,
     kernels: Vec<Option<Kernel>>,
     _modules: Vec<Module>,
     events: Vec<Event>,
@@ -299,6 +303,49 @@ fn dims(src: &KernelSource) -> CudaResult<LaunchDims> {
     }
 }
 
+/// One cuBLAS call of a kernel, ready to enqueue (`codegen::GemmLaunch` with its pointer arrays written).
+enum PreparedGemm {
+    /// A plain or strided-batched call.
+    Call(codegen::BlasCall),
+    /// Products of one shape in one `cublasGemmBatchedEx`.
+    Pointers { gemm: crate::blas::ColMajorGemm, arrays: PointerArrays },
+}
+
+/// The cuBLAS calls of every kernel (`codegen::gemm_launches`), with the operand arrays of pointer-array calls
+/// checked and written into device memory once, through `stream`.
+fn prepare_gemms(
+    device: &Device,
+    stream: &Stream,
+    regions: &[DeviceBuffer],
+    sources: &[KernelSource],
+) -> CudaResult<Vec<Vec<PreparedGemm>>> {
+    sources
+        .iter()
+        .map(|src| {
+            codegen::gemm_launches(&src.blas)
+                .into_iter()
+                .map(|launch| match launch {
+                    codegen::GemmLaunch::Strided(call) => Ok(PreparedGemm::Call(call)),
+                    codegen::GemmLaunch::Pointers { gemm, operands } => {
+                        let ptrs = operands
+                            .iter()
+                            .map(|o| {
+                                Ok([
+                                    range(regions, &src.name, o[0])?,
+                                    range(regions, &src.name, o[1])?,
+                                    range(regions, &src.name, o[2])?,
+                                ])
+                            })
+                            .collect::<CudaResult<Vec<_>>>()?;
+                        let arrays = PointerArrays::new(device, stream, &gemm, &ptrs)?;
+                        Ok(PreparedGemm::Pointers { gemm, arrays })
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Everything one submission of the plan's steps needs, borrowed: the same code enqueues them inside a capture and
 /// eagerly.
 struct Work<'a> {
@@ -306,6 +353,7 @@ struct Work<'a> {
     sources: &'a [KernelSource],
     kernels: &'a [Option<Kernel>],
     blas: &'a [Option<Blas>],
+    gemms: &'a [Vec<PreparedGemm>],
     events: &'a [Event],
     regions: &'a [DeviceBuffer],
 }
@@ -334,20 +382,24 @@ impl Work<'_> {
                         kernel: kernel.to_string(),
                         what: "launch of a kernel the plan lacks".to_owned(),
                     })?;
-                    if !src.blas.is_empty() {
+                    let gemms = self.gemms.get(kernel.index()).map_or(&[][..], Vec::as_slice);
+                    if !gemms.is_empty() {
                         let handle = self.blas.get(stream.index()).and_then(Option::as_ref).ok_or_else(|| {
                             CudaError::Unsupported {
                                 kernel: src.name.clone(),
                                 what: "no cuBLAS handle on its stream".to_owned(),
                             }
                         })?;
-                        for call in src.blas.iter().flat_map(codegen::BlasStep::calls) {
-                            handle.gemm(
-                                &call.gemm,
-                                range(regions, &src.name, call.a)?,
-                                range(regions, &src.name, call.b)?,
-                                range(regions, &src.name, call.c)?,
-                            )?;
+                        for g in gemms {
+                            match g {
+                                PreparedGemm::Call(call) => handle.gemm(
+                                    &call.gemm,
+                                    range(regions, &src.name, call.a)?,
+                                    range(regions, &src.name, call.b)?,
+                                    range(regions, &src.name, call.c)?,
+                                )?,
+                                PreparedGemm::Pointers { gemm, arrays } => handle.gemm_pointers(gemm, arrays)?,
+                            }
                         }
                     }
                     if let Some(Some(k)) = self.kernels.get(kernel.index()) {
@@ -382,8 +434,7 @@ impl Work<'_> {
             .iter()
             .map(|s| match s {
                 PlanStep::Launch { kernel, .. } => self.sources.get(kernel.index()).map_or(0, |src| {
-                    src.blas.iter().map(codegen::BlasStep::call_count).sum::<usize>()
-                        + usize::from(src.launch != Launch::None)
+                    self.gemms.get(kernel.index()).map_or(0, Vec::len) + usize::from(src.launch != Launch::None)
                 }),
                 _ => 1,
             })
@@ -578,8 +629,16 @@ impl PlanResources {
             "loaded plan kernels"
         );
         let events = (0..plan.event_count).map(|_| device.event()).collect::<CudaResult<Vec<_>>>()?;
-        let work =
-            Work { steps: &plan.steps, sources: &sources, kernels: &kernels, blas: &blas, events: &events, regions };
+        let gemms = prepare_gemms(device, &streams[0], regions, &sources)?;
+        let work = Work {
+            steps: &plan.steps,
+            sources: &sources,
+            kernels: &kernels,
+            blas: &blas,
+            gemms: &gemms,
+            events: &events,
+            regions,
+        };
         let graph = match options.mode {
             SubmitMode::Graph => {
                 let g = capture(device, &streams[0], &streams[1..], |streams| work.enqueue(streams))?;
@@ -597,6 +656,7 @@ impl PlanResources {
             compiled: stats.misses,
             from_disk: stats.disk_hits,
             cublas_products: sources.iter().map(|s| s.blas.len()).sum(),
+            cublas_calls: gemms.iter().map(Vec::len).sum(),
             cublas_fallback,
             cublas_refused,
             eager_calls: work.calls(streams.len() - 1),
@@ -613,7 +673,7 @@ impl PlanResources {
             .filter(|b| b.role == BindingRole::Output)
             .map(|b| (b.name.clone(), b.dtype, b.shape.clone(), b.buffer))
             .collect();
-        Ok(PlanResources { graph, blas, kernels, _modules: modules, events, sources, inputs, outputs, info })
+        Ok(PlanResources { graph, blas, gemms, kernels, _modules: modules, events, sources, inputs, outputs, info })
     }
 
     /// The borrowed view of these resources that enqueues `plan`'s steps.
@@ -623,6 +683,7 @@ impl PlanResources {
             sources: &self.sources,
             kernels: &self.kernels,
             blas: &self.blas,
+            gemms: &self.gemms,
             events: &self.events,
             regions,
         }

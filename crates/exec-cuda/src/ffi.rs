@@ -479,6 +479,65 @@ impl BlasHandle {
     }
 }
 
+impl BlasHandle {
+    /// Enqueues `count` products of one shape as one `cublasGemmBatchedEx` with `CUBLAS_COMPUTE_32F` (f32
+    /// compute, f32 alpha and beta, whatever the operand types; cuBLAS takes f32 operands there with plain FP32
+    /// arithmetic under the handle's math mode). `arrays` is the device address of `3 * count` operand addresses:
+    /// every A, then every B, then every C. The call's `a`, `b`, `c`, strides and batch are not read.
+    ///
+    /// Precondition (checked by `blas::Blas::gemm_pointers`): as [`BlasHandle::gemm`] for each product, batch 1;
+    /// `arrays` lies in a live device buffer of at least `24 * count` bytes, 8-byte aligned, holding those
+    /// addresses, and the buffer outlives every run of the enqueued call (a captured graph reads it at replay).
+    pub(crate) fn gemm_pointers(&self, call: &GemmCall, arrays: u64, count: c_int) -> Result<(), (&'static str, CublasError)> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
+        let op = |t: bool| {
+            if t {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let (ab, c) = (data_type(call.types.ab), data_type(call.types.c));
+        let alpha = (&call.alpha as *const f32).cast::<std::ffi::c_void>();
+        let beta = (&call.beta as *const f32).cast::<std::ffi::c_void>();
+        // usize -> u64 is lossless on every target CUDA supports; `count` is positive (caller's check).
+        let n = u64::try_from(count).unwrap_or(0);
+        let array = |i: u64| arrays + i * n * 8;
+        // SAFETY: the three arrays hold `count` addresses each, inside one live device buffer (precondition);
+        // every address they hold is an operand whose extent at batch 1 lies in a live pool buffer, aligned to its
+        // element size, with the pair cuBLAS takes with CUBLAS_COMPUTE_32F (checked at prepare); alpha and beta
+        // point at f32 host values (the handle's default pointer mode) read before the call returns.
+        unsafe {
+            blas_sys::cublasGemmBatchedEx(
+                self.handle,
+                op(call.trans_a),
+                op(call.trans_b),
+                call.m,
+                call.n,
+                call.k,
+                alpha,
+                array(0) as *const *const std::ffi::c_void,
+                ab,
+                call.lda,
+                array(1) as *const *const std::ffi::c_void,
+                ab,
+                call.ldb,
+                beta,
+                array(2) as *const *mut std::ffi::c_void,
+                c,
+                call.ldc,
+                count,
+                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .result()
+        .map_err(|e| ("cublasGemmBatchedEx", e))
+    }
+}
+
 impl Drop for BlasHandle {
     fn drop(&mut self) {
         if let Err(e) = self.ctx.bind_to_thread() {

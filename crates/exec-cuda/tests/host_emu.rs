@@ -513,6 +513,17 @@ fn projections_store_their_heads_through_cublas() {
     let calls: Vec<usize> =
         sources.iter().flat_map(|s| &s.blas).filter(|b| b.store.is_some()).map(|b| b.call_count()).collect();
     assert_eq!(calls, vec![2, 2, 2], "one stored product per projection, a call per image");
+    // The executor enqueues each projection's two calls (one per image, a strided batch over the heads each) as
+    // one pointer-array call over its four matrices; the emulator below runs exactly those.
+    let launches: Vec<(usize, usize)> = sources
+        .iter()
+        .filter(|s| !s.blas.is_empty())
+        .map(|s| {
+            let l = codegen::gemm_launches(&s.blas);
+            (l.len(), l.iter().map(codegen::GemmLaunch::products).sum())
+        })
+        .collect();
+    assert_eq!(launches, vec![(1, 4); 3], "one cuBLAS call per projection, over 2 images x 2 heads");
     let launched = sources.iter().filter(|s| s.launch != codegen::Launch::None).count();
     assert_eq!(launched, 2, "the bias-free projection launches no epilogue");
     let Some(out) = run_caps("heads", &g, 1, &data, caps, Some(3)) else { return };
@@ -569,6 +580,12 @@ fn packed_qkv_stores_every_part_through_cublas() {
     let sources = codegen::generate_all(&plan).unwrap();
     let store = sources.iter().flat_map(|s| &s.blas).find_map(|b| b.store).expect("a stored product");
     assert_eq!(store.gemm.batch * store.calls(), 12, "3 parts x 2 heads x 2 images");
+    let launches: Vec<codegen::GemmLaunch> =
+        sources.iter().flat_map(|s| codegen::gemm_launches(&s.blas)).collect();
+    assert!(
+        matches!(launches.as_slice(), [codegen::GemmLaunch::Pointers { operands, .. }] if operands.len() == 12),
+        "the loops of calls are one pointer-array call over all 12 matrices: {launches:?}"
+    );
     let Some(out) = run_caps("qkv", &g, 1, &data, caps, Some(1)) else { return };
     let mut want = vec![0f32; 192];
     for bi in 0..2 {
@@ -735,6 +752,19 @@ fn sibling_products_store_through_cublas_or_run_as_generated_kernels() {
         assert!(plan.kernels().iter().any(|k| products(k) >= 2), "{}: no sibling kernel\n{plan}", g.name());
         for k in plan.kernels().iter().filter(|k| products(k) >= 2) {
             let src = codegen::generate(k).unwrap();
+            // The query and value heads are stored with one shape: one pointer-array cuBLAS call computes both
+            // (2 heads each); the key, stored transposed, is a call of its own (a strided batch over its heads).
+            let launches = codegen::gemm_launches(&src.blas);
+            if !src.blas.is_empty() {
+                let [codegen::GemmLaunch::Pointers { operands, .. }, codegen::GemmLaunch::Strided(key)] =
+                    launches.as_slice()
+                else {
+                    panic!("{}: {launches:?}", g.name())
+                };
+                assert_eq!((operands.len(), key.gemm.batch, key.gemm.trans_a), (4, 2, true));
+            }
+            let calls: usize = launches.iter().map(codegen::GemmLaunch::products).sum();
+            assert_eq!(calls, src.blas.iter().map(|b| b.calls().iter().map(|c| c.gemm.batch).sum::<usize>()).sum::<usize>());
             stored.push((g.name().to_owned(), products(k), src.blas.len()));
         }
     }

@@ -61,12 +61,19 @@ fn shared_model_kernels_generate_and_compile() {
                         .flat_map(|k| &k.blas)
                         .filter(|b| b.matmul.types.ab != exec_cuda::GemmType::F32)
                         .count();
+                    // cuBLAS calls: each product's calls, and what the executor enqueues (calls of one shape
+                    // in one kernel merged into one pointer-array call).
+                    let step_calls: usize = s.iter().flat_map(|k| &k.blas).map(codegen::BlasStep::call_count).sum();
+                    let calls: usize = s.iter().map(|k| codegen::gemm_launches(&k.blas).len()).sum();
+                    assert!(calls <= step_calls, "{m}: {calls} > {step_calls}");
+                    let launched = s.iter().filter(|k| k.launch != Launch::None).count();
                     eprintln!(
                         "{m} {precision:?}: {} kernels, {} on cuBLAS ({half} with half operands) of {products} \
-                         MatMul/Gemm anchors, {attention} fused attention, {} launched",
+                         MatMul/Gemm anchors, {attention} fused attention, {launched} launched; cuBLAS calls \
+                         {calls} ({step_calls} unmerged); GPU operations {}",
                         s.len(),
                         s.iter().filter(|k| !k.blas.is_empty()).count(),
-                        s.iter().filter(|k| k.launch != Launch::None).count()
+                        launched + calls
                     );
                 }
                 sources.extend(s);

@@ -140,6 +140,84 @@ impl BlasStep {
     }
 }
 
+/// Most matrix products one pointer-array call ([`GemmLaunch::Pointers`]) takes: far below cuBLAS's `int`
+/// batch count, and 48 KiB of pointers at most.
+pub const MAX_POINTER_PRODUCTS: usize = 2048;
+
+/// One cuBLAS call the executor enqueues for a kernel, as [`gemm_launches`] plans them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GemmLaunch {
+    /// A call of [`BlasStep::calls`] as it is: plain or strided-batched.
+    Strided(BlasCall),
+    /// Several calls of one shape (the same column-major sizes, leading dimensions, transposes, scale and types)
+    /// as one `cublasGemmBatchedEx` over arrays of operand addresses: sibling products (the Q, K and V
+    /// projections of one input), and the loops of calls of a permuted store. `gemm` describes one matrix
+    /// product (`batch` 1); `operands` holds each product's column-major A, B and C, every strided batch
+    /// expanded into its matrices. The arrays are written once, at prepare (the pool does not move).
+    Pointers {
+        /// One product's shape, `batch` 1.
+        gemm: ColMajorGemm,
+        /// Column-major A, B and C of each product.
+        operands: Vec<[BufferRef; 3]>,
+    },
+}
+
+impl GemmLaunch {
+    /// The matrix products this call computes.
+    #[must_use]
+    pub fn products(&self) -> usize {
+        match self {
+            Self::Strided(c) => c.gemm.batch,
+            Self::Pointers { operands, .. } => operands.len(),
+        }
+    }
+}
+
+/// The cuBLAS calls that compute `steps`, in order: the calls of every step ([`BlasStep::calls`]), with the calls
+/// of one shape merged into one pointer-array call ([`GemmLaunch::Pointers`]), placed where the first of them
+/// was. Merging is sound because the products are independent: every C is written by one product only (the code
+/// generator checks that no product's C overlaps another's or anything the kernel reads) and beta is 0. A shape
+/// with one call keeps its strided call (no arrays); more than [`MAX_POINTER_PRODUCTS`] products stay separate
+/// calls.
+#[must_use]
+pub fn gemm_launches(steps: &[BlasStep]) -> Vec<GemmLaunch> {
+    let calls: Vec<BlasCall> = steps.iter().flat_map(BlasStep::calls).collect();
+    // One matrix of a call: the call with batch 1 (strides then mean nothing and are zeroed).
+    let shape = |g: &ColMajorGemm| ColMajorGemm { batch: 1, stride_a: 0, stride_b: 0, stride_c: 0, ..*g };
+    let mut groups: Vec<(ColMajorGemm, Vec<usize>)> = Vec::new();
+    for (i, c) in calls.iter().enumerate() {
+        let key = shape(&c.gemm);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((key, vec![i])),
+        }
+    }
+    let mut out = Vec::with_capacity(groups.len());
+    for (gemm, members) in groups {
+        let products: usize = members.iter().map(|&i| calls[i].gemm.batch).sum();
+        if members.len() == 1 || products > MAX_POINTER_PRODUCTS {
+            out.extend(members.iter().map(|&i| GemmLaunch::Strided(calls[i])));
+            continue;
+        }
+        let (ab, cs) = (gemm.types.ab.size(), gemm.types.c.size());
+        let operands = members
+            .iter()
+            .flat_map(|&i| {
+                let c = calls[i];
+                (0..c.gemm.batch).map(move |p| {
+                    [
+                        skip(c.a, p.saturating_mul(c.gemm.stride_a).saturating_mul(ab)),
+                        skip(c.b, p.saturating_mul(c.gemm.stride_b).saturating_mul(ab)),
+                        skip(c.c, p.saturating_mul(c.gemm.stride_c).saturating_mul(cs)),
+                    ]
+                })
+            })
+            .collect();
+        out.push(GemmLaunch::Pointers { gemm, operands });
+    }
+    out
+}
+
 /// `r` without its first `bytes` bytes (empty past its end: the call's extent check then refuses it).
 fn skip(r: BufferRef, bytes: usize) -> BufferRef {
     let b = u64::try_from(bytes).unwrap_or(u64::MAX).min(r.bytes);
@@ -691,6 +769,62 @@ mod tests {
         // Partially broadcast batch dims are left to the per-element kernel.
         assert!(matmul_spec(&[2, 1, 3, 4], &[1, 2, 4, 5], &[2, 2, 3, 5], false, false, 1.0).is_none());
         assert!(matmul_spec(&[4], &[4, 5], &[5], false, false, 1.0).is_none());
+    }
+
+    fn buf(offset: u64, bytes: u64) -> BufferRef {
+        BufferRef { region: graph_plan::Region::Pool, offset, bytes }
+    }
+
+    /// Sibling products of one shape become one pointer-array call with each product's own operands, a
+    /// strided batch expanded into its matrices at its strides; a product of another shape keeps its call.
+    #[test]
+    fn calls_of_one_shape_share_a_pointer_array_call() {
+        let x = buf(0, 4 * 4 * 8);
+        let step = |w: u64, c: u64, n: usize| BlasStep {
+            matmul: Matmul::new(4, n, 8),
+            a: x,
+            b: buf(w, 4 * 8 * n as u64),
+            c: buf(c, 4 * 4 * n as u64),
+            store: None,
+        };
+        let (q, k, v, o) = (step(1000, 5000, 6), step(2000, 6000, 6), step(3000, 7000, 6), step(4000, 8000, 3));
+        let launches = gemm_launches(&[q, k, o, v]);
+        let [GemmLaunch::Pointers { gemm, operands }, GemmLaunch::Strided(other)] = launches.as_slice() else {
+            panic!("{launches:?}");
+        };
+        // One product's shape: strides are meaningless at batch 1 and zeroed.
+        assert_eq!(*gemm, ColMajorGemm { stride_a: 0, stride_b: 0, stride_c: 0, ..q.matmul.to_col_major() });
+        // Column-major A is the weight, B the activation (operands swap).
+        let want: Vec<[BufferRef; 3]> = [q, k, v].iter().map(|s| [s.b, s.a, s.c]).collect();
+        assert_eq!(*operands, want);
+        assert_eq!(*other, o.calls()[0]);
+        assert_eq!(launches.iter().map(GemmLaunch::products).sum::<usize>(), 4);
+        // One product alone is its own call, no arrays.
+        assert_eq!(gemm_launches(&[q]), vec![GemmLaunch::Strided(q.calls()[0])]);
+        assert!(gemm_launches(&[]).is_empty());
+    }
+
+    /// A permuted store's loops of strided calls become one call over every matrix, each at its batch stride
+    /// and loop offset, in bytes of its own element type.
+    #[test]
+    fn loops_of_strided_calls_expand_into_one_pointer_array_call() {
+        let types = GemmTypes { ab: GemmType::F16, c: GemmType::F32 };
+        // Batch 2, 2 heads of 4 (x [2,4,3], out [2,2,4,4]): a strided batch of 2 images, a loop of 2 heads.
+        let store = layout::Store::of(&[2], 4, 8, 3, &[(2, 32), (4, 4), (2, 16), (4, 1)], types).unwrap();
+        let (x, w, c) = (buf(0, 2 * 24), buf(4096, 2 * 24), buf(8192, 4 * 64));
+        let step = BlasStep { matmul: Matmul { types, ..Matmul::batched(2, 4, 8, 3) }, a: x, b: w, c, store: Some(store) };
+        assert_eq!((step.call_count(), store.gemm.batch), (2, 2));
+        let launches = gemm_launches(&[step]);
+        let [GemmLaunch::Pointers { gemm, operands }] = launches.as_slice() else { panic!("{launches:?}") };
+        assert_eq!((gemm.batch, gemm.stride_a, gemm.stride_b, gemm.stride_c), (1, 0, 0, 0));
+        let off = |r: BufferRef, base: BufferRef| r.offset - base.offset;
+        let got: Vec<(u64, u64, u64)> =
+            operands.iter().map(|[a, b, cc]| (off(*a, w), off(*b, x), off(*cc, c))).collect();
+        // Weight first: A steps by the head loop (4 columns, 2 bytes each); B by the images' stride (12
+        // elements); C by the images (32 f32) and the heads (16 f32).
+        assert_eq!(got, vec![(0, 0, 0), (0, 24, 128), (8, 0, 64), (8, 24, 192)]);
+        // Every operand still reaches the end of its buffer, so the prepare-time checks see the real bound.
+        assert!(operands.iter().all(|o| o[2].offset + o[2].bytes == c.offset + c.bytes));
     }
 
     #[test]

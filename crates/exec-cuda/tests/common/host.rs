@@ -226,9 +226,7 @@ impl HostProgram {
             match step {
                 PlanStep::Launch { kernel, .. } => {
                     let src = &sources[kernel.index()];
-                    for b in &src.blas {
-                        host_matmul(regions, b);
-                    }
+                    host_gemms(regions, &src.blas);
                     if src.launch != Launch::None {
                         let i = *self
                             .index
@@ -363,15 +361,24 @@ fn build(cxx: &str, dir: &Path, sources: &[&KernelSource]) -> PathBuf {
     exe
 }
 
-/// A cuBLAS step on the host: the column-major calls the executor makes (`BlasStep::calls`), each through
+/// A kernel's cuBLAS work on the host: the calls the executor enqueues (`codegen::gemm_launches`: each step's
+/// calls, those of one shape merged into one pointer-array call), each product through
 /// `ColMajorGemm::host_reference` (f32, or f16/bf16 operands widened to f32, an f32 sum, one rounding to C's type
-/// on the store), so that the emulated plans exercise the same mapping, byte-extent checks and types as the
-/// device calls.
-fn host_matmul(regions: &mut HostRegions, b: &codegen::BlasStep) {
-    for call in b.calls() {
-        let (a, bb) = (regions.bytes(call.a).to_vec(), regions.bytes(call.b).to_vec());
-        let g = call.gemm;
-        g.host_reference(&a, &bb, regions.bytes_mut(call.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+/// on the store), so that the emulated plans exercise the same mapping, merging, byte-extent checks and types as
+/// the device calls.
+fn host_gemms(regions: &mut HostRegions, steps: &[codegen::BlasStep]) {
+    for launch in codegen::gemm_launches(steps) {
+        let (g, operands) = match launch {
+            codegen::GemmLaunch::Strided(c) => (c.gemm, vec![[c.a, c.b, c.c]]),
+            codegen::GemmLaunch::Pointers { gemm, operands } => {
+                assert_eq!(gemm.batch, 1, "a pointer-array call describes one product");
+                (gemm, operands)
+            }
+        };
+        for [a, b, c] in operands {
+            let (a, bb) = (regions.bytes(a).to_vec(), regions.bytes(b).to_vec());
+            g.host_reference(&a, &bb, regions.bytes_mut(c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+        }
     }
 }
 
