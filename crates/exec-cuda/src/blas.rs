@@ -17,7 +17,7 @@ use graph_plan::DType;
 
 use crate::device::{Device, DeviceBuffer, DevicePtr, Stream};
 use crate::error::{cublas, CudaError, CudaResult};
-use crate::ffi::{self, BlasHandle, GemmCall};
+use crate::ffi::{self, BlasHandle, GemmCall, LtHandle};
 
 /// The element type of a GEMM operand.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -406,10 +406,11 @@ fn host_store(bytes: &mut [u8], i: usize, t: GemmType, v: f32) {
 
 /// A cuBLAS handle bound to one stream, with its own workspace (so that stream capture never allocates).
 pub struct Blas {
-    // Declared before the workspace: fields drop in order, and the handle must go before its workspace.
+    // Declared before the workspace: fields drop in order, and the handles must go before their workspace.
     handle: BlasHandle,
+    lt: LtHandle,
     stream: Stream,
-    _workspace: DeviceBuffer,
+    workspace: DeviceBuffer,
 }
 
 impl fmt::Debug for Blas {
@@ -425,7 +426,7 @@ impl Blas {
     /// [`CudaError::CublasUnavailable`] when libcublas cannot be loaded; [`CudaError::Cublas`];
     /// [`CudaError::OutOfMemory`] for the workspace.
     pub fn new(device: &Device, stream: &Stream) -> CudaResult<Self> {
-        if !ffi::cublas_lib_present() {
+        if !ffi::cublas_lib_present() || !ffi::cublaslt_lib_present() {
             return Err(CudaError::CublasUnavailable { reason: crate::probe::CUBLAS_MISSING.to_owned() });
         }
         let mib = if device.info().compute_capability.0 >= 9 { 32 } else { 4 };
@@ -435,7 +436,10 @@ impl Blas {
             crate::probe::guard("cuBLAS", || BlasHandle::new(device.context(), stream.cuda(), ws.addr(), ws.len()))
                 .map_err(|reason| CudaError::CublasUnavailable { reason })?
                 .map_err(|(call, e)| cublas(call)(e))?;
-        Ok(Self { handle, stream: stream.clone(), _workspace: workspace })
+        let lt = crate::probe::guard("cuBLASLt", || LtHandle::new(device.context()))
+            .map_err(|reason| CudaError::CublasUnavailable { reason })?
+            .map_err(|(call, status)| CudaError::Cublas { call, status })?;
+        Ok(Self { handle, lt, stream: stream.clone(), workspace })
     }
 
     /// The stream the handle enqueues on.
@@ -475,9 +479,50 @@ impl Blas {
             return Err(bad(format!("{count} products exceed cuBLAS's batch count")));
         };
         if ptr.len() < count.saturating_mul(24) || ptr.addr() % 8 != 0 {
-            return Err(bad(format!("{} bytes of operand arrays at {:#x} for {count} products", ptr.len(), ptr.addr())));
+            return Err(bad(format!(
+                "{} bytes of operand arrays at {:#x} for {count} products",
+                ptr.len(),
+                ptr.addr()
+            )));
         }
         self.handle.gemm_pointers(&g.call(0, 0, 0), ptr.addr(), n).map_err(|(call, e)| cublas(call)(e))
+    }
+
+    /// Enqueues one f32 product (batch 1) through cuBLASLt with its epilogue: `C = act(alpha * op(A) op(B) +
+    /// bias)`, the bias `g.m` f32 values, one per row of the column-major C (see [`crate::codegen::LtEpilogue`]).
+    /// Uses the handle's workspace (calls on one stream never overlap). Capturable.
+    ///
+    /// # Errors
+    /// As [`ColMajorGemm::check_operands`]; [`CudaError::Unsupported`] for another type, a batch, or a bias that
+    /// is short or misaligned; [`CudaError::Cublas`] when cuBLASLt refuses.
+    pub fn gemm_lt(
+        &self,
+        g: &ColMajorGemm,
+        activation: crate::codegen::LtActivation,
+        a: DevicePtr<'_>,
+        b: DevicePtr<'_>,
+        c: DevicePtr<'_>,
+        bias: Option<DevicePtr<'_>>,
+    ) -> CudaResult<()> {
+        let bad = |what: String| CudaError::Unsupported { kernel: "cublasLtMatmul".to_owned(), what };
+        if g.types != GemmTypes::F32 || g.batch != 1 {
+            return Err(bad(format!("{} operands, batch {} (f32, batch 1 only)", g.types.ab, g.batch)));
+        }
+        g.check_operands(a, b, c)?;
+        if let Some(p) = bias {
+            if p.len() < g.m.saturating_mul(4) || p.addr() % 4 != 0 {
+                return Err(bad(format!("bias of {} bytes at {:#x} for {} rows", p.len(), p.addr(), g.m)));
+            }
+        }
+        let ws = self.workspace.all();
+        let call = ffi::LtCall {
+            gemm: g.call(a.addr(), b.addr(), c.addr()),
+            bias: bias.map_or(0, |p| p.addr()),
+            epilogue: ffi::lt_epilogue(bias.is_some(), activation),
+            workspace: ws.addr(),
+            workspace_bytes: ws.len(),
+        };
+        self.lt.matmul(self.stream.cuda(), &call).map_err(|(call, status)| CudaError::Cublas { call, status })
     }
 
     /// Enqueues a row-major product (ONNX MatMul/Gemm layout).

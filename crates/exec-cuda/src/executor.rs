@@ -309,6 +309,8 @@ enum PreparedGemm {
     Call(codegen::BlasCall),
     /// Products of one shape in one `cublasGemmBatchedEx`.
     Pointers { gemm: crate::blas::ColMajorGemm, arrays: PointerArrays },
+    /// One `cublasLtMatmul` with its bias and activation.
+    Lt(codegen::BlasCall, codegen::LtEpilogue),
 }
 
 /// The cuBLAS calls of every kernel (`codegen::gemm_launches`), with the operand arrays of pointer-array calls
@@ -326,6 +328,7 @@ fn prepare_gemms(
                 .into_iter()
                 .map(|launch| match launch {
                     codegen::GemmLaunch::Strided(call) => Ok(PreparedGemm::Call(call)),
+                    codegen::GemmLaunch::Lt(call, epilogue) => Ok(PreparedGemm::Lt(call, epilogue)),
                     codegen::GemmLaunch::Pointers { gemm, operands } => {
                         let ptrs = operands
                             .iter()
@@ -399,6 +402,14 @@ impl Work<'_> {
                                     range(regions, &src.name, call.c)?,
                                 )?,
                                 PreparedGemm::Pointers { gemm, arrays } => handle.gemm_pointers(gemm, arrays)?,
+                                PreparedGemm::Lt(call, epilogue) => handle.gemm_lt(
+                                    &call.gemm,
+                                    epilogue.activation,
+                                    range(regions, &src.name, call.a)?,
+                                    range(regions, &src.name, call.b)?,
+                                    range(regions, &src.name, call.c)?,
+                                    epilogue.bias.map(|b| range(regions, &src.name, b)).transpose()?,
+                                )?,
                             }
                         }
                     }

@@ -13,6 +13,7 @@ use cudarc::cublas::result::CublasError;
 
 use crate::blas::{GemmType, GemmTypes};
 use cudarc::cublas::sys as blas_sys;
+use cudarc::cublaslt::sys as lt_sys;
 use cudarc::driver::sys as drv_sys;
 use cudarc::driver::{result as drv, CudaContext, CudaFunction, CudaStream, DriverError};
 
@@ -488,7 +489,12 @@ impl BlasHandle {
     /// Precondition (checked by `blas::Blas::gemm_pointers`): as [`BlasHandle::gemm`] for each product, batch 1;
     /// `arrays` lies in a live device buffer of at least `24 * count` bytes, 8-byte aligned, holding those
     /// addresses, and the buffer outlives every run of the enqueued call (a captured graph reads it at replay).
-    pub(crate) fn gemm_pointers(&self, call: &GemmCall, arrays: u64, count: c_int) -> Result<(), (&'static str, CublasError)> {
+    pub(crate) fn gemm_pointers(
+        &self,
+        call: &GemmCall,
+        arrays: u64,
+        count: c_int,
+    ) -> Result<(), (&'static str, CublasError)> {
         self.ctx
             .bind_to_thread()
             .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
@@ -546,6 +552,209 @@ impl Drop for BlasHandle {
         // SAFETY: the handle is live and owned by this value alone; nothing uses it after Drop.
         if let Err(e) = unsafe { cudarc::cublas::result::destroy_handle(self.handle) } {
             tracing::warn!(status = ?e.0, "cublasDestroy_v2 failed");
+        }
+    }
+}
+
+/// Whether `libcublasLt` can be dlopened by any of the names cudarc tries.
+pub(crate) fn cublaslt_lib_present() -> bool {
+    // SAFETY: as for `driver_lib_present`, for libcublasLt.
+    unsafe { lt_sys::is_culib_present() }
+}
+
+/// One f32 `cublasLtMatmul` (batch 1) with an epilogue: `D = act(alpha * op(A) op(B) + bias)`, D written over
+/// C's place (beta 0), column-major as [`GemmCall`].
+pub(crate) struct LtCall {
+    pub gemm: GemmCall,
+    /// Device address of `m` f32 bias values (one per row of the column-major D), or 0 for none.
+    pub bias: u64,
+    /// `CUBLASLT_EPILOGUE_*` for the bias and activation.
+    pub epilogue: lt_sys::cublasLtEpilogue_t,
+    /// The workspace cuBLASLt may use (the stream's cuBLAS workspace: calls on one stream never overlap).
+    pub workspace: u64,
+    /// Its size in bytes.
+    pub workspace_bytes: usize,
+}
+
+/// The epilogue value for a bias (or none) and an activation.
+pub(crate) fn lt_epilogue(bias: bool, activation: crate::codegen::LtActivation) -> lt_sys::cublasLtEpilogue_t {
+    use crate::codegen::LtActivation as A;
+    use lt_sys::cublasLtEpilogue_t as E;
+    match (bias, activation) {
+        (false, A::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
+        (false, A::Relu) => E::CUBLASLT_EPILOGUE_RELU,
+        (false, A::GeluTanh) => E::CUBLASLT_EPILOGUE_GELU,
+        (true, A::None) => E::CUBLASLT_EPILOGUE_BIAS,
+        (true, A::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+        (true, A::GeluTanh) => E::CUBLASLT_EPILOGUE_GELU_BIAS,
+    }
+}
+
+/// Destroys a cuBLASLt descriptor when dropped (errors are logged: nothing can be done about them).
+struct LtGuard<T: Copy> {
+    raw: T,
+    destroy: unsafe fn(T) -> Result<(), cudarc::cublaslt::result::CublasError>,
+}
+
+impl<T: Copy> Drop for LtGuard<T> {
+    fn drop(&mut self) {
+        // SAFETY: `raw` was created by the matching create call and is destroyed once, here.
+        if let Err(e) = unsafe { (self.destroy)(self.raw) } {
+            tracing::warn!(status = ?e.0, "destroying a cuBLASLt descriptor failed");
+        }
+    }
+}
+
+/// Owns one cuBLASLt handle (cuBLASLt handles are not bound to a stream: each call names its stream).
+pub(crate) struct LtHandle {
+    handle: lt_sys::cublasLtHandle_t,
+    ctx: Arc<CudaContext>,
+}
+
+impl LtHandle {
+    /// Creates a handle. Precondition: `cublaslt_lib_present()` was checked.
+    pub(crate) fn new(ctx: &Arc<CudaContext>) -> Result<Self, (&'static str, String)> {
+        ctx.bind_to_thread().map_err(|e| ("cuCtxSetCurrent", format!("{e:?}")))?;
+        let handle = cudarc::cublaslt::result::create_handle().map_err(|e| ("cublasLtCreate", format!("{:?}", e.0)))?;
+        Ok(Self { handle, ctx: ctx.clone() })
+    }
+
+    /// Enqueues `call` on `stream`: a matmul descriptor (f32 compute and scale, the transposes, the epilogue and
+    /// bias pointer), the three layouts, the heuristic's first algorithm within the workspace, the call; the
+    /// descriptors are destroyed when it returns (cuBLASLt copies what it needs at enqueue, so a captured call
+    /// keeps them).
+    ///
+    /// Precondition (checked by `blas::Blas::gemm_lt`): as [`BlasHandle::gemm`] for an f32 call of batch 1; the
+    /// bias, when given, is `m` f32 values in a live buffer, 4-byte aligned; the workspace lies in a live buffer
+    /// of `workspace_bytes` that outlives the call, used by no other stream.
+    pub(crate) fn matmul(&self, stream: &CudaStream, call: &LtCall) -> Result<(), (&'static str, String)> {
+        use cudarc::cublaslt::result as lt;
+        use lt_sys::cublasLtMatmulDescAttributes_t as D;
+        let status = |call: &'static str| move |e: lt::CublasError| (call, format!("{:?}", e.0));
+        self.ctx.bind_to_thread().map_err(|e| ("cuCtxSetCurrent", format!("{e:?}")))?;
+        let g = &call.gemm;
+        let f32_t = lt_sys::cudaDataType::CUDA_R_32F;
+        let desc = LtGuard {
+            raw: lt::create_matmul_desc(lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, f32_t)
+                .map_err(status("cublasLtMatmulDescCreate"))?,
+            destroy: lt::destroy_matmul_desc,
+        };
+        // cublasOperation_t as the int32 the attribute holds: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
+        let (ta, tb) = (i32::from(g.trans_a), i32::from(g.trans_b));
+        let bias = call.bias as *const std::ffi::c_void;
+        // SAFETY: `desc` is live; each buffer is a value of the attribute's documented type (cublasOperation_t,
+        // cublasLtEpilogue_t: 32-bit values; the bias pointer: a device address), read before the call returns.
+        unsafe {
+            let set = |attr: D, buf: *const std::ffi::c_void, size: usize| {
+                lt::set_matmul_desc_attribute(desc.raw, attr, buf, size)
+            };
+            set(D::CUBLASLT_MATMUL_DESC_TRANSA, (&ta as *const i32).cast(), size_of_val(&ta))
+                .map_err(status("cublasLtMatmulDescSetAttribute(TRANSA)"))?;
+            set(D::CUBLASLT_MATMUL_DESC_TRANSB, (&tb as *const i32).cast(), size_of_val(&tb))
+                .map_err(status("cublasLtMatmulDescSetAttribute(TRANSB)"))?;
+            set(
+                D::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                (&call.epilogue as *const lt_sys::cublasLtEpilogue_t).cast(),
+                size_of_val(&call.epilogue),
+            )
+            .map_err(status("cublasLtMatmulDescSetAttribute(EPILOGUE)"))?;
+            if call.bias != 0 {
+                set(
+                    D::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    (&bias as *const *const std::ffi::c_void).cast(),
+                    size_of_val(&bias),
+                )
+                .map_err(status("cublasLtMatmulDescSetAttribute(BIAS_POINTER)"))?;
+            }
+        }
+        // Stored shapes: A is k x m transposed or m x k, B n x k transposed or k x n, D m x n.
+        let dims = |t: bool, r: c_int, c: c_int| if t { (c, r) } else { (r, c) };
+        let as_u64 = |v: c_int| u64::try_from(v).unwrap_or(0);
+        let layout = |(rows, cols): (c_int, c_int), ld: c_int| {
+            lt::create_matrix_layout(f32_t, as_u64(rows), as_u64(cols), i64::from(ld))
+                .map(|raw| LtGuard { raw, destroy: lt::destroy_matrix_layout })
+                .map_err(status("cublasLtMatrixLayoutCreate"))
+        };
+        let la = layout(dims(g.trans_a, g.m, g.k), g.lda)?;
+        let lb = layout(dims(g.trans_b, g.k, g.n), g.ldb)?;
+        let ld = layout((g.m, g.n), g.ldc)?;
+        let pref = LtGuard {
+            raw: lt::create_matmul_pref().map_err(status("cublasLtMatmulPreferenceCreate"))?,
+            destroy: lt::destroy_matmul_pref,
+        };
+        let ws = u64::try_from(call.workspace_bytes).unwrap_or(0);
+        // SAFETY: `pref` is live; the attribute is a uint64_t, read before the call returns.
+        unsafe {
+            lt::set_matmul_pref_attribute(
+                pref.raw,
+                lt_sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                (&ws as *const u64).cast(),
+                size_of_val(&ws),
+            )
+        }
+        .map_err(status("cublasLtMatmulPreferenceSetAttribute"))?;
+        // The heuristic assumes 256-byte aligned operands unless told otherwise; pool offsets are only aligned to
+        // their elements, so each operand's actual alignment (capped at 256) rules out algorithms that need more.
+        let align = |addr: u64| -> u32 {
+            if addr == 0 {
+                256
+            } else {
+                1u32 << addr.trailing_zeros().min(8)
+            }
+        };
+        use lt_sys::cublasLtMatmulPreferenceAttributes_t as P;
+        for (attr, addr) in [
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c),
+        ] {
+            let a = align(addr);
+            // SAFETY: `pref` is live; the attribute is a uint32_t, read before the call returns.
+            unsafe { lt::set_matmul_pref_attribute(pref.raw, attr, (&a as *const u32).cast(), size_of_val(&a)) }
+                .map_err(status("cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"))?;
+        }
+        // SAFETY: every descriptor is live; the heuristic only reads them.
+        let heuristic =
+            unsafe { lt::get_matmul_algo_heuristic(self.handle, desc.raw, la.raw, lb.raw, ld.raw, ld.raw, pref.raw) }
+                .map_err(status("cublasLtMatmulAlgoGetHeuristic"))?;
+        let beta = 0f32;
+        // SAFETY: operands, bias and workspace lie in live device buffers of the extents the layouts describe
+        // (precondition, checked by the caller); C is D (beta 0: not read); alpha and beta are f32 host values
+        // (the descriptor's default host pointer mode) read before the call returns; the algorithm came from the
+        // heuristic for these descriptors and needs at most the workspace given to it.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                desc.raw,
+                (&g.alpha as *const f32).cast(),
+                (&beta as *const f32).cast(),
+                g.a as *const std::ffi::c_void,
+                la.raw,
+                g.b as *const std::ffi::c_void,
+                lb.raw,
+                g.c as *const std::ffi::c_void,
+                ld.raw,
+                g.c as *mut std::ffi::c_void,
+                ld.raw,
+                &heuristic.algo,
+                call.workspace as *mut std::ffi::c_void,
+                call.workspace_bytes,
+                stream.cu_stream() as lt_sys::cudaStream_t,
+            )
+        }
+        .map_err(status("cublasLtMatmul"))
+    }
+}
+
+impl Drop for LtHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            tracing::warn!(error = ?e, "binding the context to destroy a cuBLASLt handle failed");
+        }
+        // SAFETY: the handle is live and owned by this value alone; nothing uses it after Drop.
+        if let Err(e) = unsafe { cudarc::cublaslt::result::destroy_handle(self.handle) } {
+            tracing::warn!(status = ?e.0, "cublasLtDestroy failed");
         }
     }
 }

@@ -23,10 +23,11 @@ fn golden(name: &str, sources: &[KernelSource]) {
     let mut text = String::new();
     for s in sources {
         text.push_str(&format!(
-            "// ==== {} launch={:?} blas={:?}\n",
+            "// ==== {} launch={:?} blas={:?}{}\n",
             s.name,
             s.launch,
-            s.blas.first().map(|b| b.matmul)
+            s.blas.first().map(|b| b.matmul),
+            s.blas.first().and_then(|b| b.lt).map_or(String::new(), |lt| format!(" lt={lt:?}"))
         ));
         text.push_str(&s.source);
     }
@@ -123,14 +124,25 @@ fn golden_fused_row_kernel() {
     golden("fused_softmax", &src);
 }
 
+/// An f32 MLP layer (MatMul + bias) is one cuBLASLt call with a bias epilogue: no kernel launches after it.
+/// Layers with a Relu take `RELU_BIAS`; the last layer's plain bias `BIAS`.
 #[test]
-fn golden_mlp_uses_cublas_and_an_epilogue() {
+fn golden_mlp_runs_its_bias_in_cublaslt() {
+    use exec_cuda::codegen::{LtActivation, LtEpilogue};
     let g = synth::mlp(1, 4, 2).unwrap();
     let p = plan(&g, 1);
     let src = codegen::generate_all(&p).unwrap();
     let mm = src.iter().find(|s| !s.blas.is_empty()).expect("the MatMul runs on cuBLAS");
     let b = mm.blas[0];
     assert_eq!((b.matmul.m, b.matmul.n, b.matmul.k, b.matmul.batch), (2, 4, 4, 1));
+    let bias = p.kernels()[0].params.iter().find(|q| p.kernels()[0].values[q.value.index()].shape.dims() == [4]);
+    assert_eq!(b.lt, Some(LtEpilogue { bias: bias.map(|q| q.buffer), activation: LtActivation::None }));
+    assert_eq!(mm.launch, Launch::None);
+    let g3 = synth::mlp(3, 4, 2).unwrap();
+    let src3 = codegen::generate_all(&plan(&g3, 1)).unwrap();
+    let acts: Vec<_> = src3.iter().flat_map(|s| &s.blas).filter_map(|b| b.lt.map(|l| l.activation)).collect();
+    assert_eq!(acts, [LtActivation::Relu, LtActivation::Relu, LtActivation::None]);
+    assert!(src3.iter().all(|s| s.launch == Launch::None), "three calls, no launch");
     golden("mlp1", &src);
 }
 

@@ -329,6 +329,8 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
     let graphs = [
         graph_plan::ir::synth::mlp(2, 32, 4).unwrap(),
         graph_plan::ir::synth::transformer(1, 16, 2, 8, 1).unwrap(),
+        // Batch 2: the head-split stores loop over the images, one pointer-array call per shape.
+        graph_plan::ir::synth::transformer(1, 16, 2, 8, 2).unwrap(),
         graph_plan::ir::synth::resnet_like(1, 4, 8).unwrap(),
     ];
     // f32 within 1e-3 of the host; half plans (cuBLAS GemmEx products, half storage) within the precision check's
@@ -362,6 +364,15 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         for e in &prepared.info().cublas_refused {
             eprintln!("{test}: {} {precision:?}: {e}", g.name());
         }
+        // f32 MLP layers are cuBLASLt calls with their bias (and Relu) and launch nothing.
+        let info = prepared.info();
+        eprintln!(
+            "{test}: {} {precision:?}: {} cuBLAS products in {} calls, {} launched kernels",
+            g.name(),
+            info.cublas_products,
+            info.cublas_calls,
+            info.launched_kernels
+        );
         let first = prepared.run(&inputs).unwrap();
         let second = prepared.run(&inputs).unwrap();
         assert_eq!(first, second, "{}: replays are deterministic", g.name());

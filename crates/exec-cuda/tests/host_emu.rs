@@ -580,8 +580,7 @@ fn packed_qkv_stores_every_part_through_cublas() {
     let sources = codegen::generate_all(&plan).unwrap();
     let store = sources.iter().flat_map(|s| &s.blas).find_map(|b| b.store).expect("a stored product");
     assert_eq!(store.gemm.batch * store.calls(), 12, "3 parts x 2 heads x 2 images");
-    let launches: Vec<codegen::GemmLaunch> =
-        sources.iter().flat_map(|s| codegen::gemm_launches(&s.blas)).collect();
+    let launches: Vec<codegen::GemmLaunch> = sources.iter().flat_map(|s| codegen::gemm_launches(&s.blas)).collect();
     assert!(
         matches!(launches.as_slice(), [codegen::GemmLaunch::Pointers { operands, .. }] if operands.len() == 12),
         "the loops of calls are one pointer-array call over all 12 matrices: {launches:?}"
@@ -764,12 +763,71 @@ fn sibling_products_store_through_cublas_or_run_as_generated_kernels() {
                 assert_eq!((operands.len(), key.gemm.batch, key.gemm.trans_a), (4, 2, true));
             }
             let calls: usize = launches.iter().map(codegen::GemmLaunch::products).sum();
-            assert_eq!(calls, src.blas.iter().map(|b| b.calls().iter().map(|c| c.gemm.batch).sum::<usize>()).sum::<usize>());
+            assert_eq!(
+                calls,
+                src.blas.iter().map(|b| b.calls().iter().map(|c| c.gemm.batch).sum::<usize>()).sum::<usize>()
+            );
             stored.push((g.name().to_owned(), products(k), src.blas.len()));
         }
     }
     assert_eq!(stored, [("transformer_1l_8h".to_owned(), 3, 3), ("gated_mlp".to_owned(), 2, 0)], "{stored:?}");
     differential("sibling_products_store_through_cublas_or_run_as_generated_kernels", &graphs, &optimised, 1e-5);
+}
+
+/// f32 products whose whole epilogue is a bias and/or a Relu or tanh Gelu are one cuBLASLt call each, no launch:
+/// an MLP (bias + Relu, bias), a Gemm with a `C[n]` term (`beta` 1, B transposed, alpha 0.5) and a tanh Gelu, a
+/// batch of products over one weight (one call over all rows), a Relu alone. A Gemm whose `beta` is not 1, a
+/// bias that is a whole matrix and an erf Gelu keep their generated epilogue. Every plan against its reference.
+#[test]
+fn lt_epilogues_match_reference_plans() {
+    use codegen::LtActivation as A;
+    let mut g = ComputeGraph::new("lt_epilogues");
+    let x = g.add_input("x", DType::F32, [5, 8]).unwrap();
+    let xb = g.add_input("xb", DType::F32, [2, 3, 8]).unwrap();
+    let w = g.add_weight("w", DType::F32, [6, 8]).unwrap();
+    let wb = g.add_weight("wb", DType::F32, [8, 6]).unwrap();
+    let c = g.add_weight("c", DType::F32, [6]).unwrap();
+    let c2 = g.add_weight("c2", DType::F32, [1, 6]).unwrap();
+    let full = g.add_weight("full", DType::F32, [5, 6]).unwrap();
+    let gemm = |alpha, beta| Op::Gemm { alpha, beta, trans_a: false, trans_b: true };
+    let g1 = node(&mut g, "g1", gemm(0.5, 1.0), &[x, w, c]);
+    let g1 = node(&mut g, "g1.gelu", Op::Gelu { approximate: graph_plan::op::GeluApprox::Tanh }, &[g1]);
+    let b1 = node(&mut g, "b1", Op::MatMul, &[xb, wb]);
+    let b1 = node(&mut g, "b1.bias", Op::Add, &[c2, b1]);
+    let b1 = node(&mut g, "b1.relu", Op::Relu, &[b1]);
+    let r1 = node(&mut g, "r1", Op::MatMul, &[x, wb]);
+    let r1 = node(&mut g, "r1.relu", Op::Relu, &[r1]);
+    // Not cuBLASLt: beta 2, a full-matrix addend, the erf form of Gelu.
+    let n1 = node(&mut g, "n1", gemm(1.0, 2.0), &[x, w, c]);
+    let n2 = node(&mut g, "n2", Op::MatMul, &[x, wb]);
+    let n2 = node(&mut g, "n2.add", Op::Add, &[n2, full]);
+    let n3 = node(&mut g, "n3", Op::MatMul, &[x, wb]);
+    let n3 = node(&mut g, "n3.bias", Op::Add, &[n3, c]);
+    let n3 = node(&mut g, "n3.gelu", Op::Gelu { approximate: graph_plan::op::GeluApprox::None }, &[n3]);
+    for t in [g1, b1, r1, n1, n2, n3] {
+        g.mark_output(t).unwrap();
+    }
+    let graphs = [g, synth::mlp(3, 8, 5).unwrap()];
+    let mut optimised = PlanOptions::with_streams(1);
+    optimised.fusion.caps = codegen::fusion_caps();
+    let Some(runs) = differential("lt_epilogues_match_reference_plans", &graphs, &optimised, 1e-5) else { return };
+    let lt = |graph: &str| -> Vec<(A, bool, usize)> {
+        let r = runs.iter().find(|r| r.graph == graph && r.tag == "opt").unwrap();
+        r.sources
+            .iter()
+            .flat_map(|s| s.blas.iter().map(move |b| (s, b)))
+            .filter_map(|(s, b)| {
+                // A cuBLASLt step is its kernel's whole work.
+                assert!(b.lt.is_none() || (s.launch == codegen::Launch::None && s.blas.len() == 1), "{}", s.name);
+                b.lt.map(|l| (l.activation, l.bias.is_some(), b.matmul.m))
+            })
+            .collect()
+    };
+    let mut got = lt("lt_epilogues");
+    got.sort_by_key(|t| (t.2, t.1));
+    // The batch of 2 x 3 rows is one product of 6 rows.
+    assert_eq!(got, [(A::Relu, false, 5), (A::GeluTanh, true, 5), (A::Relu, true, 6)], "{got:?}");
+    assert_eq!(lt("mlp_3x8"), [(A::Relu, true, 5), (A::Relu, true, 5), (A::None, true, 5)]);
 }
 
 #[test]

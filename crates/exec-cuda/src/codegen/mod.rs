@@ -10,7 +10,9 @@
 //!   GlobalAveragePool).
 //! - **cuBLAS** anchors: a MatMul/Gemm whose operands are plain f32, f16 or bf16 buffers runs as one
 //!   (strided-batched) cuBLAS GEMM with f32 compute into its output buffer, followed by a per-element epilogue
-//!   kernel for Gemm's C term and fused epilogue ops (see [`BlasStep`] for where a half product may land).
+//!   kernel for Gemm's C term and fused epilogue ops (see [`BlasStep`] for where a half product may land). An f32
+//!   product whose epilogue is a bias and/or a Relu or tanh Gelu is one cuBLASLt call with that epilogue and no
+//!   launch ([`LtEpilogue`]); a kernel's calls of one shape are one pointer-array call ([`gemm_launches`]).
 //! - **attention** kernels ([`attention`]): a fused `MatMul -> [scale] -> [mask] -> Softmax -> MatMul` chain
 //!   (f32, or half with its casts) as a per-element kernel whose output elements each run an online softmax over
 //!   tiles of keys: the scores are never stored. Head-split and head-merge transposes index through as usual.
@@ -96,6 +98,34 @@ pub struct BlasStep {
     /// With a permuted epilogue: the product stored straight into the permuted output, one strided batch over
     /// the heads per batch index ([`layout`]); `matmul` still describes the product.
     pub store: Option<PermutedStore>,
+    /// A bias and/or activation cuBLASLt applies before the store ([`LtEpilogue`]): the step is one
+    /// `cublasLtMatmul` and `c` is the kernel's output, so no epilogue kernel runs.
+    pub lt: Option<LtEpilogue>,
+}
+
+/// The activation of an [`LtEpilogue`] (`CUBLASLT_EPILOGUE_RELU*`, `CUBLASLT_EPILOGUE_GELU*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LtActivation {
+    /// None.
+    None,
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU's tanh form (ONNX Gelu `approximate="tanh"`), the one cuBLASLt computes; the erf form keeps its
+    /// generated epilogue.
+    GeluTanh,
+}
+
+/// What cuBLASLt adds to an f32 product before it stores it: `act(alpha * A.B + bias)`, the bias one value per
+/// column of the row-major product (per row of cuBLAS's column-major result, which is what
+/// `CUBLASLT_EPILOGUE_BIAS` broadcasts), from a MatMul followed by `Add(., bias[n])` or a Gemm's `C[n]` with
+/// `beta` 1, then an optional Relu or tanh Gelu. Only f32 products take it: with half operands exec-sim rounds
+/// the product to half before adding the bias, and cuBLASLt would round once, after it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LtEpilogue {
+    /// The `n` f32 bias values, or `None`.
+    pub bias: Option<BufferRef>,
+    /// The activation after the bias.
+    pub activation: LtActivation,
 }
 
 /// One cuBLAS call of a [`BlasStep`]: a column-major GEMM and its operands in `Blas::gemm`'s order.
@@ -149,6 +179,8 @@ pub const MAX_POINTER_PRODUCTS: usize = 2048;
 pub enum GemmLaunch {
     /// A call of [`BlasStep::calls`] as it is: plain or strided-batched.
     Strided(BlasCall),
+    /// One `cublasLtMatmul` (batch 1) with its bias and activation applied before the store.
+    Lt(BlasCall, LtEpilogue),
     /// Several calls of one shape (the same column-major sizes, leading dimensions, transposes, scale and types)
     /// as one `cublasGemmBatchedEx` over arrays of operand addresses: sibling products (the Q, K and V
     /// projections of one input), and the loops of calls of a permuted store. `gemm` describes one matrix
@@ -167,7 +199,7 @@ impl GemmLaunch {
     #[must_use]
     pub fn products(&self) -> usize {
         match self {
-            Self::Strided(c) => c.gemm.batch,
+            Self::Strided(c) | Self::Lt(c, _) => c.gemm.batch,
             Self::Pointers { operands, .. } => operands.len(),
         }
     }
@@ -178,10 +210,16 @@ impl GemmLaunch {
 /// was. Merging is sound because the products are independent: every C is written by one product only (the code
 /// generator checks that no product's C overlaps another's or anything the kernel reads) and beta is 0. A shape
 /// with one call keeps its strided call (no arrays); more than [`MAX_POINTER_PRODUCTS`] products stay separate
-/// calls.
+/// calls. A step with a cuBLASLt epilogue is its own [`GemmLaunch::Lt`] call, first.
 #[must_use]
 pub fn gemm_launches(steps: &[BlasStep]) -> Vec<GemmLaunch> {
-    let calls: Vec<BlasCall> = steps.iter().flat_map(BlasStep::calls).collect();
+    let mut out = Vec::new();
+    for s in steps {
+        if let Some(lt) = s.lt {
+            out.extend(s.calls().into_iter().map(|c| GemmLaunch::Lt(c, lt)));
+        }
+    }
+    let calls: Vec<BlasCall> = steps.iter().filter(|s| s.lt.is_none()).flat_map(BlasStep::calls).collect();
     // One matrix of a call: the call with batch 1 (strides then mean nothing and are zeroed).
     let shape = |g: &ColMajorGemm| ColMajorGemm { batch: 1, stride_a: 0, stride_b: 0, stride_c: 0, ..*g };
     let mut groups: Vec<(ColMajorGemm, Vec<usize>)> = Vec::new();
@@ -192,7 +230,6 @@ pub fn gemm_launches(steps: &[BlasStep]) -> Vec<GemmLaunch> {
             None => groups.push((key, vec![i])),
         }
     }
-    let mut out = Vec::with_capacity(groups.len());
     for (gemm, members) in groups {
         let products: usize = members.iter().map(|&i| calls[i].gemm.batch).sum();
         if members.len() == 1 || products > MAX_POINTER_PRODUCTS {
@@ -263,7 +300,8 @@ impl KernelSource {
 
 /// What this backend's code generator can fuse, for `PlanOptions::fusion.caps`.
 ///
-/// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (cuBLAS anchors
+/// Honest limits: per-element kernels take any elementwise epilogue on Conv, pools and MatMul/Gemm (an f32
+/// product whose epilogue is only a bias and a Relu or tanh Gelu is one cuBLASLt call, [`LtEpilogue`]; cuBLAS anchors
 /// need the epilogue to keep the anchor's shape and dtype, or to cast a half product to f32, or to end in a
 /// permutation that leaves the product a strided batch of matrices ([`layout`]); sibling products each need a
 /// chain of their own to one output; else the per-element fallback runs; see [`BlasStep`]) and any chain of
@@ -299,8 +337,8 @@ pub fn fusion_caps() -> FusionCaps {
         // The per-element emitter computes the first pool at each position of the second's window.
         pool_chain: true,
         // Sibling products (a horizontal GEMM): one cuBLAS product each, stored where its chain's output lives,
-        // and one epilogue kernel for all of them (`stored_products`); the activation is read once per product,
-        // not once in all (one call over weights concatenated at prepare would do that).
+        // and one epilogue kernel for all of them (`stored_products`); products of one shape are one
+        // pointer-array call (`gemm_launches`). The activation is read once per product, not once in all.
         horizontal_gemm: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
@@ -512,6 +550,9 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some(mut mm) = spec else {
         return Ok(None);
     };
+    if let Some(src) = lt_anchor(kernel, first, vy, mm, has_c)? {
+        return Ok(Some(src));
+    }
     // A permuted epilogue: cuBLAS stores the product straight into the permuted output, where the epilogue reads
     // it at the index it writes.
     if layout::chain_output(kernel, vy).is_some_and(|c| c.factors.is_some()) {
@@ -565,7 +606,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     {
         return Ok(None);
     }
-    let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None }];
+    let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None, lt: None }];
     let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
         return Ok(Some(KernelSource::cublas_only(kernel, blas)));
@@ -573,6 +614,117 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let mut src = emit::generate(kernel, Some((vy, c_buf, c_dtype)))?;
     src.blas = blas;
     Ok(Some(src))
+}
+
+/// An f32 MatMul/Gemm whose whole epilogue cuBLASLt applies ([`LtEpilogue`]): the kernel's body is the product,
+/// then at most a bias (`Add` of a `[n]` / `[1, .., n]` input, or the Gemm's C of that shape with `beta` 1), then
+/// at most a Relu or tanh Gelu, each reading the one before, the last the kernel's only output, of the product's
+/// shape. A batch of products over one shared weight is one product of `batch * m` rows. One `cublasLtMatmul`
+/// then writes the output and nothing is launched. `None` for anything else (the caller goes on).
+fn lt_anchor(
+    kernel: &Kernel,
+    first: &graph_plan::Instr,
+    vy: ValueId,
+    mut mm: Matmul,
+    has_c: bool,
+) -> CudaResult<Option<KernelSource>> {
+    let y = value_checked(kernel, vy)?;
+    let f32_value = |v: ValueId| kernel.values.get(v.index()).is_some_and(|x| x.dtype == DType::F32);
+    if !matches!(first.op, Op::MatMul | Op::Gemm { .. }) || !first.inputs.iter().all(|&v| f32_value(v)) {
+        return Ok(None);
+    }
+    let n = mm.n;
+    // A `[n]` / `[1, .., 1, n]` f32 input read whole from its buffer.
+    let bias_of = |v: ValueId| -> Option<BufferRef> {
+        let x = kernel.values.get(v.index())?;
+        let dims = x.shape.dims();
+        let last = *dims.last()?;
+        let p = kernel.param_of(v, Access::Read)?;
+        (x.dtype == DType::F32 && last == n && dims.iter().product::<usize>() == n && p.buffer.bytes >= 4 * n as u64)
+            .then_some(p.buffer)
+    };
+    let mut bias = None;
+    if has_c {
+        let beta = match first.op {
+            Op::Gemm { beta, .. } => beta,
+            _ => 0.0,
+        };
+        match first.inputs.get(2).copied().and_then(bias_of) {
+            Some(b) if beta == 1.0 => bias = Some(b),
+            _ => return Ok(None),
+        }
+    }
+    let mut activation = LtActivation::None;
+    let mut cur = vy;
+    for instr in &kernel.body[1..] {
+        if !instr.inputs.contains(&cur) || instr.outputs.len() != 1 || kernel.param_of(cur, Access::Write).is_some() {
+            return Ok(None);
+        }
+        match (&instr.op, instr.inputs.as_slice()) {
+            (Op::Add, &[l, r]) if bias.is_none() && activation == LtActivation::None => {
+                let other = if l == cur { r } else { l };
+                if other == cur {
+                    return Ok(None);
+                }
+                match bias_of(other) {
+                    Some(b) => bias = Some(b),
+                    None => return Ok(None),
+                }
+            }
+            (Op::Relu, &[_]) if activation == LtActivation::None => activation = LtActivation::Relu,
+            (Op::Gelu { approximate: graph_plan::op::GeluApprox::Tanh }, &[_]) if activation == LtActivation::None => {
+                activation = LtActivation::GeluTanh;
+            }
+            _ => return Ok(None),
+        }
+        cur = instr.outputs[0];
+    }
+    if bias.is_none() && activation == LtActivation::None {
+        return Ok(None);
+    }
+    let out = value_checked(kernel, cur)?;
+    let written: Vec<&graph_plan::Param> = kernel.params.iter().filter(|p| p.access == Access::Write).collect();
+    let (Some(po), [_]) = (kernel.param_of(cur, Access::Write), written.as_slice()) else {
+        return Ok(None);
+    };
+    if out.dtype != DType::F32 || out.shape != y.shape {
+        return Ok(None);
+    }
+    // The output must not overlap anything the call reads.
+    if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(&po.buffer)) {
+        return Ok(None);
+    }
+    // A batch over one weight with contiguous activations and outputs is one product of all the rows.
+    if mm.batch > 1 && mm.stride_b == 0 && !mm.trans_a && mm.stride_a == mm.m * mm.k && mm.stride_c == mm.m * mm.n {
+        mm = Matmul {
+            m: mm.m * mm.batch,
+            batch: 1,
+            stride_a: mm.m * mm.batch * mm.k,
+            stride_c: mm.m * mm.batch * n,
+            ..mm
+        };
+    }
+    if mm.batch != 1 {
+        return Ok(None);
+    }
+    let (va, vb) = (first.inputs[0], first.inputs[1]);
+    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
+        return Ok(None);
+    };
+    mm.types = GemmTypes::F32;
+    let step = BlasStep {
+        matmul: mm,
+        a: pa.buffer,
+        b: pb.buffer,
+        c: po.buffer,
+        store: None,
+        lt: Some(LtEpilogue { bias, activation }),
+    };
+    let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
+    if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
+        return Ok(None);
+    }
+    Ok(Some(KernelSource::cublas_only(kernel, vec![step])))
 }
 
 /// One product of [`stored_products`]: its cuBLAS step, how the epilogue finds it, and whether anything but its
@@ -639,7 +791,7 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
             Some(store)
         }
     };
-    let step = BlasStep { matmul: Matmul { types, ..mm }, a: pa.buffer, b: pb.buffer, c: po.buffer, store };
+    let step = BlasStep { matmul: Matmul { types, ..mm }, a: pa.buffer, b: pb.buffer, c: po.buffer, store, lt: None };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
@@ -786,6 +938,7 @@ mod tests {
             b: buf(w, 4 * 8 * n as u64),
             c: buf(c, 4 * 4 * n as u64),
             store: None,
+            lt: None,
         };
         let (q, k, v, o) = (step(1000, 5000, 6), step(2000, 6000, 6), step(3000, 7000, 6), step(4000, 8000, 3));
         let launches = gemm_launches(&[q, k, o, v]);
@@ -812,7 +965,14 @@ mod tests {
         // Batch 2, 2 heads of 4 (x [2,4,3], out [2,2,4,4]): a strided batch of 2 images, a loop of 2 heads.
         let store = layout::Store::of(&[2], 4, 8, 3, &[(2, 32), (4, 4), (2, 16), (4, 1)], types).unwrap();
         let (x, w, c) = (buf(0, 2 * 24), buf(4096, 2 * 24), buf(8192, 4 * 64));
-        let step = BlasStep { matmul: Matmul { types, ..Matmul::batched(2, 4, 8, 3) }, a: x, b: w, c, store: Some(store) };
+        let step = BlasStep {
+            matmul: Matmul { types, ..Matmul::batched(2, 4, 8, 3) },
+            a: x,
+            b: w,
+            c,
+            store: Some(store),
+            lt: None,
+        };
         assert_eq!((step.call_count(), store.gemm.batch), (2, 2));
         let launches = gemm_launches(&[step]);
         let [GemmLaunch::Pointers { gemm, operands }] = launches.as_slice() else { panic!("{launches:?}") };

@@ -369,6 +369,10 @@ fn build(cxx: &str, dir: &Path, sources: &[&KernelSource]) -> PathBuf {
 fn host_gemms(regions: &mut HostRegions, steps: &[codegen::BlasStep]) {
     for launch in codegen::gemm_launches(steps) {
         let (g, operands) = match launch {
+            codegen::GemmLaunch::Lt(c, epilogue) => {
+                host_lt(regions, &c, &epilogue);
+                continue;
+            }
             codegen::GemmLaunch::Strided(c) => (c.gemm, vec![[c.a, c.b, c.c]]),
             codegen::GemmLaunch::Pointers { gemm, operands } => {
                 assert_eq!(gemm.batch, 1, "a pointer-array call describes one product");
@@ -378,6 +382,36 @@ fn host_gemms(regions: &mut HostRegions, steps: &[codegen::BlasStep]) {
         for [a, b, c] in operands {
             let (a, bb) = (regions.bytes(a).to_vec(), regions.bytes(b).to_vec());
             g.host_reference(&a, &bb, regions.bytes_mut(c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+        }
+    }
+}
+
+/// A cuBLASLt call on the host: the product as `host_reference` computes it, then, per element of the
+/// column-major C, `act(x + bias[row])` in f32 (cuBLASLt's `CUBLASLT_EPILOGUE_*_BIAS`; GELU in its tanh form).
+fn host_lt(regions: &mut HostRegions, c: &codegen::BlasCall, epilogue: &codegen::LtEpilogue) {
+    let g = c.gemm;
+    assert_eq!((g.batch, g.types), (1, exec_cuda::GemmTypes::F32), "cuBLASLt calls are f32, batch 1");
+    let (a, b) = (regions.bytes(c.a).to_vec(), regions.bytes(c.b).to_vec());
+    g.host_reference(&a, &b, regions.bytes_mut(c.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
+    let bias: Option<Vec<f32>> = epilogue.bias.map(|r| regions.f32s(r));
+    let out = regions.bytes_mut(c.c);
+    for j in 0..g.n {
+        for i in 0..g.m {
+            let at = (j * g.ldc + i) * 4;
+            let e = &mut out[at..at + 4];
+            let mut v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            if let Some(b) = &bias {
+                v += b[i];
+            }
+            v = match epilogue.activation {
+                codegen::LtActivation::None => v,
+                codegen::LtActivation::Relu => v.max(0.0),
+                codegen::LtActivation::GeluTanh => {
+                    let inner = (2.0 / std::f32::consts::PI).sqrt() * (v + 0.044_715 * v * v * v);
+                    0.5 * v * (1.0 + inner.tanh())
+                }
+            };
+            e.copy_from_slice(&v.to_le_bytes());
         }
     }
 }
