@@ -830,6 +830,54 @@ fn lt_epilogues_match_reference_plans() {
     assert_eq!(lt("mlp_3x8"), [(A::Relu, true, 5), (A::Relu, true, 5), (A::None, true, 5)]);
 }
 
+/// Operand layouts (`caps.operand_layout`): a Transpose of a product's operand joins its kernel and cuBLAS reads
+/// the Transpose's input with `op_T` (and batch strides): x . W^T, batched q . k^T, a transposed left operand, a
+/// Gemm whose A is transposed by a node (then a cuBLASLt call with its bias); no transposed copy and no launch.
+/// Against the reference plans.
+#[test]
+fn transposed_operands_run_as_cublas_op_t() {
+    let mut g = ComputeGraph::new("op_t");
+    let x = g.add_input("x", DType::F32, [2, 4, 8]).unwrap();
+    let w = g.add_weight("w", DType::F32, [6, 8]).unwrap();
+    let wt = node(&mut g, "wt", Op::Transpose { perm: None }, &[w]);
+    let y = node(&mut g, "mm", Op::MatMul, &[x, wt]);
+    let k = g.add_input("k", DType::F32, [2, 5, 8]).unwrap();
+    let kt = node(&mut g, "kt", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[k]);
+    let s = node(&mut g, "scores", Op::MatMul, &[x, kt]);
+    let tokens = g.add_input("tokens", DType::F32, [2, 8, 4]).unwrap();
+    let tt = node(&mut g, "tokens_t", Op::Transpose { perm: Some(vec![0, 2, 1]) }, &[tokens]);
+    let w2 = g.add_weight("w2", DType::F32, [8, 3]).unwrap();
+    let z = node(&mut g, "mix", Op::MatMul, &[tt, w2]);
+    let a = g.add_input("a", DType::F32, [8, 4]).unwrap();
+    let at = node(&mut g, "a_t", Op::Transpose { perm: Some(vec![1, 0]) }, &[a]);
+    let w3 = g.add_weight("w3", DType::F32, [6, 8]).unwrap();
+    let c = g.add_weight("c", DType::F32, [6]).unwrap();
+    let gm = node(&mut g, "gemm", Op::Gemm { alpha: 0.5, beta: 1.0, trans_a: false, trans_b: true }, &[at, w3, c]);
+    for t in [y, s, z, gm] {
+        g.mark_output(t).unwrap();
+    }
+    let mut optimised = PlanOptions::with_streams(2);
+    optimised.fusion.caps = codegen::fusion_caps();
+    let Some(runs) = differential("transposed_operands_run_as_cublas_op_t", &[g], &optimised, 1e-5) else { return };
+    let r = runs.iter().find(|r| r.tag == "opt").unwrap();
+    assert_eq!(r.plan.kernels().len(), 4, "{}", r.plan);
+    let mut flags: Vec<(bool, bool, usize, bool)> = r
+        .sources
+        .iter()
+        .map(|s| {
+            assert_eq!(s.launch, codegen::Launch::None, "{}: nothing to launch after cuBLAS", s.name);
+            let [b] = s.blas.as_slice() else { panic!("{}: {:?}", s.name, s.blas) };
+            (b.matmul.trans_a, b.matmul.trans_b, b.matmul.batch, b.lt.is_some())
+        })
+        .collect();
+    flags.sort_unstable();
+    // x . W^T (2 batches over one weight), q . k^T, tokens^T . w2, the Gemm (its own trans_b, A by its node).
+    assert_eq!(
+        flags,
+        [(false, true, 2, false), (false, true, 2, false), (true, false, 2, false), (true, true, 1, true)]
+    );
+}
+
 #[test]
 fn eliminated_concat_producers_write_their_slices() {
     // Three conv+relu branches of 8 x 8 x 8 f32 (2048 bytes each) joined on axis 1 of a batch-1 map: the Concat

@@ -117,14 +117,15 @@ fn a_packed_projection_writes_its_parts_from_one_kernel() {
         assert_eq!(
             names(&g, &p),
             vec![
-                s(&["qkv_mm", "qkv_bias", "qkv_view", "qkv_t", "q", "k", "v", "k_t"]),
-                s(&["qk", "scale", "softmax", "pv", "merge_t"]),
+                s(&["qkv_mm", "qkv_bias", "qkv_view", "qkv_t", "q", "k", "v"]),
+                // K^T is the first product's operand layout (`caps.operand_layout`): the attention kernel reads K.
+                s(&["k_t", "qk", "scale", "softmax", "pv", "merge_t"]),
                 s(&["out_proj"]),
             ]
         );
         assert_eq!(kinds(&p), vec![GroupKind::Anchor, GroupKind::Attention, GroupKind::Anchor]);
-        // The projection kernel writes the three parts (K already transposed); the packed tensor stays inside.
-        assert_eq!(outputs(&g, &p, 0), vec!["q", "v", "k_t"]);
+        // The projection kernel writes the three parts; the packed tensor stays inside.
+        assert_eq!(outputs(&g, &p, 0), vec!["q", "k", "v"]);
         assert!(!p.is_materialized(&g, g.tensor_id("qkv_t").unwrap()));
         agrees(&g, &TensorMap::new(), 5);
     }
@@ -248,12 +249,16 @@ proptest::proptest! {
         let g = vit_block(heads, seq, d, pick);
         let p = fuse(&g, &FusionOptions::default());
         check(&g, &p, &FusionCaps::all());
-        let first = &names(&g, &p)[0];
+        let all = names(&g, &p);
+        let first = &all[0];
         if matches!(pick, Pick::Constant | Pick::Scaled | Pick::Split) {
-            let parts: &[&str] = if pick == Pick::Split { &["q", "v", "k_t"] } else { &["q", "k", "v", "k_t"] };
+            let parts: &[&str] = if pick == Pick::Split { &["q", "v"] } else { &["q", "k", "v"] };
             for &part in parts {
                 proptest::prop_assert!(first.iter().any(|n| n == part), "{part} not in {first:?}");
             }
+            // K^T: in the projection's epilogue, or the attention kernel's operand layout of K.
+            let kt = all.iter().find(|g| g.iter().any(|n| n == "k_t")).unwrap();
+            proptest::prop_assert!(kt == first || kt.iter().any(|n| n == "qk"), "k_t in {kt:?}");
         }
         let mut inputs = TensorMap::new();
         if pick == Pick::InputIndex {

@@ -340,6 +340,10 @@ pub fn fusion_caps() -> FusionCaps {
         // and one epilogue kernel for all of them (`stored_products`); products of one shape are one
         // pointer-array call (`gemm_launches`). The activation is read once per product, not once in all.
         horizontal_gemm: true,
+        // A transposed operand is cuBLAS's `op_T` (with batch strides) on the Transpose's input; a per-element
+        // product indexes through it. A transposed operand of a product stored permuted (`layout`) keeps the
+        // per-element product.
+        operand_layout: true,
         // Kernel parameters are limited to 4 KiB before CUDA 12.1: 64 pointers stay far below.
         max_inputs: 64,
         max_ops: 64,
@@ -509,9 +513,11 @@ fn custom(kernel: &Kernel) -> CudaResult<KernelSource> {
 
 /// A MatMul/Gemm anchor as a cuBLAS call plus an epilogue kernel, when its operands allow it.
 fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
-    let Some(first) = kernel.body.first() else {
+    // The product, after its operand layouts (`FusionCaps::operand_layout`: Transposes of its operands).
+    let Some(at) = kernel.body.iter().position(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. } | Op::Conv(_))) else {
         return Ok(None);
     };
+    let (prologue, first) = (&kernel.body[..at], &kernel.body[at]);
     // Sibling products (a horizontal GEMM): one cuBLAS product each, stored where its own chain's output lives,
     // and one epilogue kernel for all of them; else the per-element kernel computes each.
     let anchors: Vec<&graph_plan::Instr> =
@@ -523,7 +529,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         Op::MatMul => (1.0, false, false, false),
         Op::Gemm { alpha, trans_a, trans_b, .. } => (*alpha, first.inputs.len() == 3, *trans_a, *trans_b),
         // A pointwise Conv is a product (`conv_as_matmul`); its bias is the epilogue's C term.
-        Op::Conv(_) => (1.0, first.inputs.len() == 3, false, false),
+        Op::Conv(_) if prologue.is_empty() => (1.0, first.inputs.len() == 3, false, false),
         _ => return Ok(None),
     };
     let (Some(&v0), Some(&v1), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
@@ -531,6 +537,12 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     };
     // A Conv's product is weight x input: the weight is the left operand.
     let (va, vb) = if matches!(first.op, Op::Conv(_)) { (v1, v0) } else { (v0, v1) };
+    // An operand read through its layout is the Transpose's input, used transposed.
+    let (Some((va, ta)), Some((vb, tb))) = (through_layout(kernel, prologue, va), through_layout(kernel, prologue, vb))
+    else {
+        return Ok(None);
+    };
+    let (trans_a, trans_b) = (trans_a ^ ta, trans_b ^ tb);
     let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
     // f32, f16 or bf16 operands of one type, and the anchor computing in it (ops do not mix float dtypes; the
     // precision transform inserts casts instead).
@@ -550,12 +562,12 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     let Some(mut mm) = spec else {
         return Ok(None);
     };
-    if let Some(src) = lt_anchor(kernel, first, vy, mm, has_c)? {
+    if let Some(src) = lt_anchor(kernel, at, [pa.buffer, pb.buffer], vy, mm, has_c)? {
         return Ok(Some(src));
     }
     // A permuted epilogue: cuBLAS stores the product straight into the permuted output, where the epilogue reads
     // it at the index it writes.
-    if layout::chain_output(kernel, vy).is_some_and(|c| c.factors.is_some()) {
+    if prologue.is_empty() && layout::chain_output(kernel, vy).is_some_and(|c| c.factors.is_some()) {
         if let Some(src) = stored_products(kernel, &[first])? {
             return Ok(Some(src));
         }
@@ -595,7 +607,8 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     // When the epilogue rewrites the product's buffer (a C term, or the product borrowing a final output's
     // buffer), every thread must read the product only at the index it writes: all outputs have its shape and
     // no data movement (a permuted epilogue, `FusionCaps::layout_epilogue`) reads it at another index.
-    let moves = kernel.body.iter().any(|i| i.op.category() == graph_plan::ir::OpCategory::DataMovement);
+    let epilogue = &kernel.body[at + 1..];
+    let moves = epilogue.iter().any(|i| i.op.category() == graph_plan::ir::OpCategory::DataMovement);
     if (has_c || kernel.param_of(vy, Access::Write).is_none())
         && (moves
             || kernel
@@ -607,7 +620,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
         return Ok(None);
     }
     let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None, lt: None }];
-    let needs_epilogue = has_c || kernel.body.len() > 1 || kernel.param_of(vy, Access::Write).is_none();
+    let needs_epilogue = has_c || !epilogue.is_empty() || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
         return Ok(Some(KernelSource::cublas_only(kernel, blas)));
     }
@@ -623,11 +636,13 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
 /// then writes the output and nothing is launched. `None` for anything else (the caller goes on).
 fn lt_anchor(
     kernel: &Kernel,
-    first: &graph_plan::Instr,
+    at: usize,
+    [a, b]: [BufferRef; 2],
     vy: ValueId,
     mut mm: Matmul,
     has_c: bool,
 ) -> CudaResult<Option<KernelSource>> {
+    let first = &kernel.body[at];
     let y = value_checked(kernel, vy)?;
     let f32_value = |v: ValueId| kernel.values.get(v.index()).is_some_and(|x| x.dtype == DType::F32);
     if !matches!(first.op, Op::MatMul | Op::Gemm { .. }) || !first.inputs.iter().all(|&v| f32_value(v)) {
@@ -656,7 +671,7 @@ fn lt_anchor(
     }
     let mut activation = LtActivation::None;
     let mut cur = vy;
-    for instr in &kernel.body[1..] {
+    for instr in &kernel.body[at + 1..] {
         if !instr.inputs.contains(&cur) || instr.outputs.len() != 1 || kernel.param_of(cur, Access::Write).is_some() {
             return Ok(None);
         }
@@ -707,24 +722,34 @@ fn lt_anchor(
     if mm.batch != 1 {
         return Ok(None);
     }
-    let (va, vb) = (first.inputs[0], first.inputs[1]);
-    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
-        return Ok(None);
-    };
     mm.types = GemmTypes::F32;
-    let step = BlasStep {
-        matmul: mm,
-        a: pa.buffer,
-        b: pb.buffer,
-        c: po.buffer,
-        store: None,
-        lt: Some(LtEpilogue { bias, activation }),
-    };
+    let step = BlasStep { matmul: mm, a, b, c: po.buffer, store: None, lt: Some(LtEpilogue { bias, activation }) };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
     }
     Ok(Some(KernelSource::cublas_only(kernel, vec![step])))
+}
+
+/// The value a product reads for its operand `v`, and whether it reads it transposed: `v` itself, or, when an
+/// operand layout in `prologue` (a Transpose of the last two axes, `FusionCaps::operand_layout`) computes `v`,
+/// that Transpose's input. `None` for anything else the prologue computes.
+fn through_layout(kernel: &Kernel, prologue: &[graph_plan::Instr], v: ValueId) -> Option<(ValueId, bool)> {
+    let Some(t) = prologue.iter().find(|i| i.outputs.contains(&v)) else {
+        return Some((v, false));
+    };
+    let swaps = match &t.op {
+        Op::Transpose { perm: None } => kernel.values.get(v.index()).is_some_and(|x| x.shape.dims().len() == 2),
+        Op::Transpose { perm: Some(p) } => {
+            let r = p.len();
+            r >= 2 && p[..r - 2].iter().enumerate().all(|(i, &a)| a == i) && p[r - 2] == r - 1 && p[r - 1] == r - 2
+        }
+        _ => false,
+    };
+    match t.inputs.as_slice() {
+        &[u] if swaps => Some((u, true)),
+        _ => None,
+    }
 }
 
 /// One product of [`stored_products`]: its cuBLAS step, how the epilogue finds it, and whether anything but its

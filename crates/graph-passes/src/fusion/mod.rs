@@ -190,6 +190,12 @@ pub struct FusionCaps {
     /// product over the concatenated weights, each part with its own epilogue; the activation is read once.
     #[serde(default = "default_true")]
     pub horizontal_gemm: bool,
+    /// A Transpose that swaps the last two axes (the others kept) and feeds only one MatMul or Gemm, as its A or B
+    /// operand, joins the product's kernel as an operand layout: the backend reads its input transposed (cuBLAS
+    /// `op_T`, leading dimensions and batch strides; a generated kernel indexes through it), so the transpose
+    /// costs no launch and no bytes.
+    #[serde(default = "default_true")]
+    pub operand_layout: bool,
     /// Most distinct external inputs of one kernel.
     pub max_inputs: usize,
     /// Most ops (non-view nodes) in one kernel.
@@ -221,6 +227,7 @@ impl FusionCaps {
             concat_elimination: true,
             pool_chain: true,
             horizontal_gemm: true,
+            operand_layout: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -242,6 +249,7 @@ impl FusionCaps {
             concat_elimination: false,
             pool_chain: false,
             horizontal_gemm: false,
+            operand_layout: false,
             max_inputs: 64,
             max_ops: 256,
         }

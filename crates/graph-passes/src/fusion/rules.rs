@@ -97,7 +97,12 @@ impl Why {
             ),
             Why::CapOff(which) => format!("caps.{which} is off"),
             Why::Prologue { p, anchor } => {
-                format!("'{}' would compute an operand of anchor '{}' (no prologue fusion)", n(p), n(anchor))
+                format!(
+                    "'{}' would compute an operand of anchor '{}' (only a Transpose of the last two axes that the \
+                     product alone reads joins it, as an operand layout)",
+                    n(p),
+                    n(anchor)
+                )
             }
             Why::EpilogueSize { t: x, anchor } => format!(
                 "'{}' ({} elements) leaves the epilogue of '{}' ({} elements)",
@@ -691,7 +696,20 @@ impl Groups {
         if anchor != NONE && domain != NONE {
             return reject(RejectReason::Pattern, Why::AnchorReduction { anchor });
         }
-        if anchor != NONE && dm {
+        // A lone Transpose joining its product as an operand layout (`FusionCaps::operand_layout`; the operand
+        // loop below checks the rest).
+        let operand_layout = anchor != NONE
+            && [(ga, gb), (gb, ga)].iter().any(|(t, other)| {
+                t.kind == GroupKind::DataMovement
+                    && !t.merged
+                    && other.anchor == anchor
+                    && is_operand_layout(d, t.lo, anchor)
+            });
+        if operand_layout {
+            if !caps.operand_layout {
+                return reject(RejectReason::CapsExceeded, Why::CapOff("operand_layout"));
+            }
+        } else if anchor != NONE && dm {
             // A permutation after the anchor folds into its output index map (a permuted output layout), and a
             // selection routes part of the result to an output of its own; any other data movement (a slice, a
             // gather by a tensor of indices, a concat) changes what is computed, not where.
@@ -747,11 +765,24 @@ impl Groups {
                 // Only the chain's first pool may compute an operand of its anchor; nothing computes the first
                 // pool's, nor a sibling product's.
                 let others = [ga.anchor, gb.anchor].into_iter().filter(|&x| horizontal && x != anchor);
+                // A lone product may read a transposed operand through its layout (`is_operand_layout`) when
+                // nothing in the kernel computes the Transpose's input.
+                let lone = chain == NONE && !horizontal && ga.siblings.is_empty() && gb.siblings.is_empty();
                 for x in std::iter::once(anchor).chain(ga.siblings.iter().chain(&gb.siblings).copied()).chain(others) {
                     for &t in d.inputs(x) {
                         let p = d.kprod[t as usize];
                         if p != NONE && p != chain && inside(p) {
-                            return reject(RejectReason::Pattern, Why::Prologue { p, anchor: x });
+                            let layout = caps.operand_layout
+                                && lone
+                                && x == anchor
+                                && is_operand_layout(d, p, x)
+                                && d.inputs(p).iter().all(|&u| {
+                                    let q = d.kprod[u as usize];
+                                    q == NONE || !inside(q)
+                                });
+                            if !layout {
+                                return reject(RejectReason::Pattern, Why::Prologue { p, anchor: x });
+                            }
                         }
                     }
                 }
@@ -1169,6 +1200,36 @@ pub(super) fn is_load(op: &Op) -> bool {
 /// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),
 /// or a Split (`q, k, v = qkv.split(e, dim=-1)` of GPT-2's packed projection). It picks slices of its input, so
 /// in an anchor's epilogue it only routes parts of the result.
+/// Whether node `p` is an operand layout of product `x` (`FusionCaps::operand_layout`): a Transpose that swaps
+/// the last two axes and keeps the others, whose one result `x` (a MatMul, or a Gemm) alone reads, once, as its A
+/// or B operand, and which is no graph output. A backend then reads the Transpose's input transposed (cuBLAS
+/// `op_T` with batch strides) and no kernel moves the bytes.
+pub(super) fn is_operand_layout(d: &Dense<'_>, p: u32, x: u32) -> bool {
+    let Op::Transpose { perm } = d.op(p) else {
+        return false;
+    };
+    let (&[t], true) = (d.outputs(p), matches!(d.op(x), Op::MatMul | Op::Gemm { .. })) else {
+        return false;
+    };
+    let r = d.dims(t).len();
+    let swaps = r >= 2
+        && match perm {
+            None => r == 2,
+            Some(q) => {
+                q.len() == r
+                    && q[..r - 2].iter().enumerate().all(|(i, &a)| a == i)
+                    && q[r - 2] == r - 1
+                    && q[r - 1] == r - 2
+            }
+        };
+    let ins = d.inputs(x);
+    swaps
+        && !d.is_output(t)
+        && d.readers(t) == [x]
+        && ins.iter().filter(|&&u| u == t).count() == 1
+        && ins.iter().take(2).any(|&u| u == t)
+}
+
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
     if matches!(d.op(i), Op::Split { .. }) {
         return true;

@@ -253,6 +253,38 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
         }
         _ => None,
     };
+    // Operand layouts (`caps.operand_layout`): Transposes that the kernel computes for a product's operand.
+    let layouts: HashSet<NodeId> = pools
+        .iter()
+        .flat_map(|&n| g.node(n).inputs.iter().filter_map(|&t| g.producer(t)))
+        .filter(|q| members.contains(q) && matches!(g.node(*q).op, Op::Transpose { .. }))
+        .collect();
+    for &q in &layouts {
+        let node = g.node(q);
+        let t = node.outputs[0];
+        let r = g.tensor(t).shape.rank();
+        let swaps = match &node.op {
+            Op::Transpose { perm: None } => r == 2,
+            Op::Transpose { perm: Some(p) } => {
+                r >= 2 && (0..r - 2).all(|i| p[i] == i) && p[r - 2] == r - 1 && p[r - 1] == r - 2
+            }
+            _ => false,
+        };
+        assert!(caps.operand_layout && swaps, "group {gi}: operand layout '{}' against the caps or rules", name(q));
+        let readers = g.consumers(t);
+        assert!(
+            readers.len() == 1 && matches!(g.node(readers[0]).op, Op::MatMul | Op::Gemm { .. }),
+            "group {gi}: operand layout '{}' read by {readers:?}",
+            name(q)
+        );
+        assert!(!g.outputs().contains(&t), "group {gi}: operand layout '{}' is a graph output", name(q));
+        let mut u = node.inputs[0];
+        while let Some(p) = g.producer(u).filter(|&p| g.node(p).op.is_view() && !members.contains(&p)) {
+            u = g.node(p).inputs[0];
+        }
+        assert!(g.producer(u).is_none_or(|p| !members.contains(&p)), "group {gi}: '{}' computes its input", name(q));
+    }
+    assert!(layouts.is_empty() || (pools.len() == 1), "group {gi}: operand layouts of several products");
     let mut anchors = 0;
     let mut reductions = 0;
     let mut moves = 0;
@@ -278,6 +310,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                     loop {
                         match g.producer(t) {
                             Some(q) if g.node(q).op.is_view() && !members.contains(&q) => t = g.node(q).inputs[0],
+                            Some(q) if layouts.contains(&q) => break,
                             Some(q) => {
                                 let link = chain_link == Some((q, n));
                                 assert!(
@@ -294,6 +327,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                 }
             }
             OpCategory::Reduction => reductions += 1,
+            OpCategory::DataMovement if layouts.contains(&n) => {}
             OpCategory::DataMovement => {
                 moves += 1;
                 if matches!(node.op, Op::Transpose { .. }) {
@@ -573,6 +607,13 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
                 };
                 lhs = Some(a);
                 let w = [w, w2][r.below(2) as usize];
+                // Sometimes a transposed weight: an operand layout (`caps.operand_layout`) when only the product
+                // reads it.
+                let w = if r.below(3) == 0 {
+                    n1(&mut g, &format!("{name}.wt"), Op::Transpose { perm: None }, &[w])
+                } else {
+                    w
+                };
                 let t = if r.below(2) == 0 {
                     n1(&mut g, &name, Op::MatMul, &[a, w])
                 } else {
@@ -668,7 +709,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 13]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 14]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -682,6 +723,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         concat_elimination: b[10],
         pool_chain: b[11],
         horizontal_gemm: b[12],
+        operand_layout: b[13],
         max_inputs,
         max_ops,
     })
