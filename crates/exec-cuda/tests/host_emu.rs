@@ -876,6 +876,32 @@ fn transposed_operands_run_as_cublas_op_t() {
         flags,
         [(false, true, 2, false), (false, true, 2, false), (true, false, 2, false), (true, true, 1, true)]
     );
+    // Without cuBLAS the per-element products index through the layouts: the same numbers.
+    let Some(cxx) = compiler() else { return };
+    let plain = codegen::generate_all_with(&r.plan, &codegen::CodegenOptions { cublas: false }).unwrap();
+    assert!(plain.iter().all(|s| s.blas.is_empty() && s.launch != codegen::Launch::None));
+    let program = HostProgram::build(cxx, "op_t_plain", r.sources.iter().chain(&plain));
+    let outputs = |sources: &[codegen::KernelSource]| {
+        let mut regions = HostRegions::new(&r.plan);
+        for b in r.plan.bindings().iter().filter(|b| b.role != BindingRole::Output) {
+            let t = graph_plan::HostTensor::seeded(b.dtype, &b.shape, &b.name, 7, false);
+            regions.bytes_mut(b.buffer).copy_from_slice(b.data.as_deref().unwrap_or(&t.data));
+        }
+        program.run(&r.plan, sources, &mut regions);
+        let outs: Vec<Vec<f32>> = r
+            .plan
+            .bindings()
+            .iter()
+            .filter(|b| b.role == BindingRole::Output)
+            .map(|b| regions.f32s(b.buffer))
+            .collect();
+        outs
+    };
+    let (blas, generated) = (outputs(&r.sources), outputs(&plain));
+    assert_eq!(blas.len(), 4);
+    for (x, y) in blas.iter().zip(&generated) {
+        close("op_t per-element", &f(x), y);
+    }
 }
 
 #[test]
