@@ -75,6 +75,12 @@ fn transposed_operands_fold_into_their_products() {
         assert_eq!(verdict(&p, t, "gemm").or(verdict(&p, t, "mm")).or(verdict(&p, t, "scores")), None);
     }
     agrees(&g, 3);
+    // Without operand layouts every Transpose is a kernel of its own that writes the transposed copy.
+    let caps = FusionCaps { operand_layout: false, ..FusionCaps::all() };
+    let off = fuse(&g, &FusionOptions { caps: caps.clone(), ..FusionOptions::default() });
+    check(&g, &off, &caps);
+    assert_eq!(off.groups.len(), 8);
+    assert!(["wt", "kt", "tokens_t", "a_t"].iter().all(|t| off.is_materialized(&g, g.tensor_id(t).unwrap())));
 }
 
 #[test]
