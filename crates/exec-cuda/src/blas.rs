@@ -489,12 +489,14 @@ impl Blas {
     }
 
     /// Enqueues one f32 product (batch 1) through cuBLASLt with its epilogue: `C = act(alpha * op(A) op(B) +
-    /// bias)`, the bias `g.m` f32 values, one per row of the column-major C (see [`crate::codegen::LtEpilogue`]).
-    /// Uses the handle's workspace (calls on one stream never overlap). Capturable.
+    /// residual + bias)`, the bias `g.m` f32 values, one per row of the column-major C, the residual a matrix of
+    /// C's layout (see [`crate::codegen::LtEpilogue`]). Uses the handle's workspace (calls on one stream never
+    /// overlap). Capturable.
     ///
     /// # Errors
-    /// As [`ColMajorGemm::check_operands`]; [`CudaError::Unsupported`] for another type, a batch, or a bias that
-    /// is short or misaligned; [`CudaError::Cublas`] when cuBLASLt refuses.
+    /// As [`ColMajorGemm::check_operands`]; [`CudaError::Unsupported`] for another type, a batch, or a bias or
+    /// residual that is short or misaligned; [`CudaError::Cublas`] when cuBLASLt refuses.
+    #[allow(clippy::too_many_arguments)]
     pub fn gemm_lt(
         &self,
         g: &ColMajorGemm,
@@ -503,6 +505,7 @@ impl Blas {
         b: DevicePtr<'_>,
         c: DevicePtr<'_>,
         bias: Option<DevicePtr<'_>>,
+        residual: Option<DevicePtr<'_>>,
     ) -> CudaResult<()> {
         let bad = |what: String| CudaError::Unsupported { kernel: "cublasLtMatmul".to_owned(), what };
         if g.types != GemmTypes::F32 || g.batch != 1 {
@@ -514,10 +517,18 @@ impl Blas {
                 return Err(bad(format!("bias of {} bytes at {:#x} for {} rows", p.len(), p.addr(), g.m)));
             }
         }
+        if let Some(p) = residual {
+            // C's extent: `check_operands` proved it fits usize for the output.
+            let extent = operand_extent(g.m, g.n, g.ldc, 1, 0).unwrap_or(usize::MAX).saturating_mul(4);
+            if p.len() < extent || p.addr() % 4 != 0 {
+                return Err(bad(format!("residual of {} bytes at {:#x} for {extent}", p.len(), p.addr())));
+            }
+        }
         let ws = self.workspace.all();
         let call = ffi::LtCall {
             gemm: g.call(a.addr(), b.addr(), c.addr()),
             bias: bias.map_or(0, |p| p.addr()),
+            residual: residual.map_or(0, |p| p.addr()),
             epilogue: ffi::lt_epilogue(bias.is_some(), activation),
             workspace: ws.addr(),
             workspace_bytes: ws.len(),

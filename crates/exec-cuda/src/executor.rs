@@ -409,6 +409,7 @@ impl Work<'_> {
                                     range(regions, &src.name, call.b)?,
                                     range(regions, &src.name, call.c)?,
                                     epilogue.bias.map(|b| range(regions, &src.name, b)).transpose()?,
+                                    epilogue.residual.map(|b| range(regions, &src.name, b)).transpose()?,
                                 )?,
                             }
                         }

@@ -568,6 +568,8 @@ pub(crate) struct LtCall {
     pub gemm: GemmCall,
     /// Device address of `m` f32 bias values (one per row of the column-major D), or 0 for none.
     pub bias: u64,
+    /// Device address of a matrix of D's layout added with beta 1 (cuBLASLt's C), or 0 for none (beta 0).
+    pub residual: u64,
     /// `CUBLASLT_EPILOGUE_*` for the bias and activation.
     pub epilogue: lt_sys::cublasLtEpilogue_t,
     /// The workspace cuBLASLt may use (the stream's cuBLAS workspace: calls on one stream never overlap).
@@ -706,7 +708,7 @@ impl LtHandle {
         for (attr, addr) in [
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b),
-            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.c),
+            (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, if call.residual != 0 { call.residual } else { g.c }),
             (P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.c),
         ] {
             let a = align(addr);
@@ -718,9 +720,11 @@ impl LtHandle {
         let heuristic =
             unsafe { lt::get_matmul_algo_heuristic(self.handle, desc.raw, la.raw, lb.raw, ld.raw, ld.raw, pref.raw) }
                 .map_err(status("cublasLtMatmulAlgoGetHeuristic"))?;
-        let beta = 0f32;
-        // SAFETY: operands, bias and workspace lie in live device buffers of the extents the layouts describe
-        // (precondition, checked by the caller); C is D (beta 0: not read); alpha and beta are f32 host values
+        // With a residual, C is it (beta 1) and D the output; else C is D and is not read (beta 0).
+        let (c_in, beta) = if call.residual != 0 { (call.residual, 1f32) } else { (g.c, 0f32) };
+        // SAFETY: operands, bias, residual and workspace lie in live device buffers of the extents the layouts
+        // describe (precondition, checked by the caller); C is the residual (D's layout) or D itself (beta 0: not
+        // read); alpha and beta are f32 host values
         // (the descriptor's default host pointer mode) read before the call returns; the algorithm came from the
         // heuristic for these descriptors and needs at most the workspace given to it.
         unsafe {
@@ -733,7 +737,7 @@ impl LtHandle {
                 la.raw,
                 g.b as *const std::ffi::c_void,
                 lb.raw,
-                g.c as *const std::ffi::c_void,
+                c_in as *const std::ffi::c_void,
                 ld.raw,
                 g.c as *mut std::ffi::c_void,
                 ld.raw,

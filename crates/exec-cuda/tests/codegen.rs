@@ -136,7 +136,7 @@ fn golden_mlp_runs_its_bias_in_cublaslt() {
     let b = mm.blas[0];
     assert_eq!((b.matmul.m, b.matmul.n, b.matmul.k, b.matmul.batch), (2, 4, 4, 1));
     let bias = p.kernels()[0].params.iter().find(|q| p.kernels()[0].values[q.value.index()].shape.dims() == [4]);
-    assert_eq!(b.lt, Some(LtEpilogue { bias: bias.map(|q| q.buffer), activation: LtActivation::None }));
+    assert_eq!(b.lt, Some(LtEpilogue { bias: bias.map(|q| q.buffer), residual: None, activation: LtActivation::None }));
     assert_eq!(mm.launch, Launch::None);
     let g3 = synth::mlp(3, 4, 2).unwrap();
     let src3 = codegen::generate_all(&plan(&g3, 1)).unwrap();

@@ -788,7 +788,7 @@ fn lt_epilogues_match_reference_plans() {
     let wb = g.add_weight("wb", DType::F32, [8, 6]).unwrap();
     let c = g.add_weight("c", DType::F32, [6]).unwrap();
     let c2 = g.add_weight("c2", DType::F32, [1, 6]).unwrap();
-    let full = g.add_weight("full", DType::F32, [5, 6]).unwrap();
+    let col = g.add_weight("col", DType::F32, [5, 1]).unwrap();
     let gemm = |alpha, beta| Op::Gemm { alpha, beta, trans_a: false, trans_b: true };
     let g1 = node(&mut g, "g1", gemm(0.5, 1.0), &[x, w, c]);
     let g1 = node(&mut g, "g1.gelu", Op::Gelu { approximate: graph_plan::op::GeluApprox::Tanh }, &[g1]);
@@ -797,21 +797,38 @@ fn lt_epilogues_match_reference_plans() {
     let b1 = node(&mut g, "b1.relu", Op::Relu, &[b1]);
     let r1 = node(&mut g, "r1", Op::MatMul, &[x, wb]);
     let r1 = node(&mut g, "r1.relu", Op::Relu, &[r1]);
-    // Not cuBLASLt: beta 2, a full-matrix addend, the erf form of Gelu.
+    // Residual connections (cuBLASLt's C with beta 1): after the bias, before it (then a Relu), alone; over a
+    // batch of products, the residual flattened with them.
+    let res_b = g.add_input("res_b", DType::F32, [2, 3, 6]).unwrap();
+    // Its own activation: products over one activation are siblings (one kernel, no cuBLASLt epilogue).
+    let xb2 = g.add_input("xb2", DType::F32, [2, 3, 8]).unwrap();
+    let p1 = node(&mut g, "p1", Op::MatMul, &[xb2, wb]);
+    let p1 = node(&mut g, "p1.bias", Op::Add, &[p1, c]);
+    let p1 = node(&mut g, "p1.res", Op::Add, &[res_b, p1]);
+    let (x2, x3) = (g.add_input("x2", DType::F32, [5, 8]).unwrap(), g.add_input("x3", DType::F32, [5, 8]).unwrap());
+    let (w2, w3) = (g.add_weight("w2", DType::F32, [8, 6]).unwrap(), g.add_weight("w3", DType::F32, [8, 6]).unwrap());
+    let full = g.add_input("full", DType::F32, [5, 6]).unwrap();
+    let p2 = node(&mut g, "p2", Op::MatMul, &[x2, w2]);
+    let p2 = node(&mut g, "p2.res", Op::Add, &[p2, full]);
+    let p2 = node(&mut g, "p2.bias", Op::Add, &[p2, c]);
+    let p2 = node(&mut g, "p2.relu", Op::Relu, &[p2]);
+    let p3 = node(&mut g, "p3", Op::MatMul, &[x3, w3]);
+    let p3 = node(&mut g, "p3.res", Op::Add, &[p3, full]);
+    // Not cuBLASLt: beta 2, an addend broadcast along the columns, the erf form of Gelu.
     let n1 = node(&mut g, "n1", gemm(1.0, 2.0), &[x, w, c]);
     let n2 = node(&mut g, "n2", Op::MatMul, &[x, wb]);
-    let n2 = node(&mut g, "n2.add", Op::Add, &[n2, full]);
+    let n2 = node(&mut g, "n2.add", Op::Add, &[n2, col]);
     let n3 = node(&mut g, "n3", Op::MatMul, &[x, wb]);
     let n3 = node(&mut g, "n3.bias", Op::Add, &[n3, c]);
     let n3 = node(&mut g, "n3.gelu", Op::Gelu { approximate: graph_plan::op::GeluApprox::None }, &[n3]);
-    for t in [g1, b1, r1, n1, n2, n3] {
+    for t in [g1, b1, r1, p1, p2, p3, n1, n2, n3] {
         g.mark_output(t).unwrap();
     }
     let graphs = [g, synth::mlp(3, 8, 5).unwrap()];
     let mut optimised = PlanOptions::with_streams(1);
     optimised.fusion.caps = codegen::fusion_caps();
     let Some(runs) = differential("lt_epilogues_match_reference_plans", &graphs, &optimised, 1e-5) else { return };
-    let lt = |graph: &str| -> Vec<(A, bool, usize)> {
+    let lt = |graph: &str| -> Vec<(A, bool, bool, usize)> {
         let r = runs.iter().find(|r| r.graph == graph && r.tag == "opt").unwrap();
         r.sources
             .iter()
@@ -819,15 +836,25 @@ fn lt_epilogues_match_reference_plans() {
             .filter_map(|(s, b)| {
                 // A cuBLASLt step is its kernel's whole work.
                 assert!(b.lt.is_none() || (s.launch == codegen::Launch::None && s.blas.len() == 1), "{}", s.name);
-                b.lt.map(|l| (l.activation, l.bias.is_some(), b.matmul.m))
+                b.lt.map(|l| (l.activation, l.bias.is_some(), l.residual.is_some(), b.matmul.m))
             })
             .collect()
     };
-    let mut got = lt("lt_epilogues");
-    got.sort_by_key(|t| (t.2, t.1));
-    // The batch of 2 x 3 rows is one product of 6 rows.
-    assert_eq!(got, [(A::Relu, false, 5), (A::GeluTanh, true, 5), (A::Relu, true, 6)], "{got:?}");
-    assert_eq!(lt("mlp_3x8"), [(A::Relu, true, 5), (A::Relu, true, 5), (A::None, true, 5)]);
+    let sorted = |mut v: Vec<(A, bool, bool, usize)>| {
+        v.sort_by_key(|t| format!("{t:?}"));
+        v
+    };
+    // The batches of 2 x 3 rows are one product of 6 rows each.
+    let want = [
+        (A::Relu, false, false, 5),
+        (A::GeluTanh, true, false, 5),
+        (A::Relu, true, false, 6),
+        (A::None, true, true, 6),
+        (A::Relu, true, true, 5),
+        (A::None, false, true, 5),
+    ];
+    assert_eq!(sorted(lt("lt_epilogues")), sorted(want.to_vec()));
+    assert_eq!(lt("mlp_3x8"), [(A::Relu, true, false, 5), (A::Relu, true, false, 5), (A::None, true, false, 5)]);
 }
 
 /// Operand layouts (`caps.operand_layout`): a Transpose of a product's operand joins its kernel and cuBLAS reads

@@ -115,15 +115,20 @@ pub enum LtActivation {
     GeluTanh,
 }
 
-/// What cuBLASLt adds to an f32 product before it stores it: `act(alpha * A.B + bias)`, the bias one value per
-/// column of the row-major product (per row of cuBLAS's column-major result, which is what
+/// What cuBLASLt adds to an f32 product before it stores it: `act(alpha * A.B + residual + bias)`, the bias one
+/// value per column of the row-major product (per row of cuBLAS's column-major result, which is what
 /// `CUBLASLT_EPILOGUE_BIAS` broadcasts), from a MatMul followed by `Add(., bias[n])` or a Gemm's `C[n]` with
-/// `beta` 1, then an optional Relu or tanh Gelu. Only f32 products take it: with half operands exec-sim rounds
-/// the product to half before adding the bias, and cuBLASLt would round once, after it.
+/// `beta` 1; the residual a tensor of the product's shape added to it (cuBLASLt's C with `beta` 1: a residual
+/// connection after a projection); then an optional Relu or tanh Gelu. Only f32 products take it: with half
+/// operands exec-sim rounds the product to half before adding the bias, and cuBLASLt would round once, after it.
+/// In f32 the sums may be associated differently from the graph's order (within f32 rounding, as cuBLAS's own
+/// sum order is).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LtEpilogue {
     /// The `n` f32 bias values, or `None`.
     pub bias: Option<BufferRef>,
+    /// An f32 tensor of the product's shape, row-major, added before the activation, or `None`.
+    pub residual: Option<BufferRef>,
     /// The activation after the bias.
     pub activation: LtActivation,
 }
@@ -658,7 +663,14 @@ fn lt_anchor(
         (x.dtype == DType::F32 && last == n && dims.iter().product::<usize>() == n && p.buffer.bytes >= 4 * n as u64)
             .then_some(p.buffer)
     };
-    let mut bias = None;
+    // An f32 input of the product's own shape, read whole from its buffer (a residual).
+    let numel = y.shape.dims().iter().product::<usize>();
+    let residual_of = |v: ValueId| -> Option<BufferRef> {
+        let x = kernel.values.get(v.index())?;
+        let p = kernel.param_of(v, Access::Read)?;
+        (x.dtype == DType::F32 && x.shape == y.shape && p.buffer.bytes >= 4 * numel as u64).then_some(p.buffer)
+    };
+    let (mut bias, mut residual) = (None, None);
     if has_c {
         let beta = match first.op {
             Op::Gemm { beta, .. } => beta,
@@ -676,14 +688,15 @@ fn lt_anchor(
             return Ok(None);
         }
         match (&instr.op, instr.inputs.as_slice()) {
-            (Op::Add, &[l, r]) if bias.is_none() && activation == LtActivation::None => {
+            (Op::Add, &[l, r]) if activation == LtActivation::None => {
                 let other = if l == cur { r } else { l };
                 if other == cur {
                     return Ok(None);
                 }
-                match bias_of(other) {
-                    Some(b) => bias = Some(b),
-                    None => return Ok(None),
+                match (bias_of(other), residual_of(other)) {
+                    (Some(b), _) if bias.is_none() => bias = Some(b),
+                    (_, Some(c)) if residual.is_none() => residual = Some(c),
+                    _ => return Ok(None),
                 }
             }
             (Op::Relu, &[_]) if activation == LtActivation::None => activation = LtActivation::Relu,
@@ -694,7 +707,7 @@ fn lt_anchor(
         }
         cur = instr.outputs[0];
     }
-    if bias.is_none() && activation == LtActivation::None {
+    if bias.is_none() && residual.is_none() && activation == LtActivation::None {
         return Ok(None);
     }
     let out = value_checked(kernel, cur)?;
@@ -723,7 +736,8 @@ fn lt_anchor(
         return Ok(None);
     }
     mm.types = GemmTypes::F32;
-    let step = BlasStep { matmul: mm, a, b, c: po.buffer, store: None, lt: Some(LtEpilogue { bias, activation }) };
+    let step =
+        BlasStep { matmul: mm, a, b, c: po.buffer, store: None, lt: Some(LtEpilogue { bias, residual, activation }) };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);

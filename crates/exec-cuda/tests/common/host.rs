@@ -387,19 +387,24 @@ fn host_gemms(regions: &mut HostRegions, steps: &[codegen::BlasStep]) {
 }
 
 /// A cuBLASLt call on the host: the product as `host_reference` computes it, then, per element of the
-/// column-major C, `act(x + bias[row])` in f32 (cuBLASLt's `CUBLASLT_EPILOGUE_*_BIAS`; GELU in its tanh form).
+/// column-major C, `act(x + residual + bias[row])` in f32 (cuBLASLt's C with beta 1 and
+/// `CUBLASLT_EPILOGUE_*_BIAS`; GELU in its tanh form).
 fn host_lt(regions: &mut HostRegions, c: &codegen::BlasCall, epilogue: &codegen::LtEpilogue) {
     let g = c.gemm;
     assert_eq!((g.batch, g.types), (1, exec_cuda::GemmTypes::F32), "cuBLASLt calls are f32, batch 1");
     let (a, b) = (regions.bytes(c.a).to_vec(), regions.bytes(c.b).to_vec());
     g.host_reference(&a, &b, regions.bytes_mut(c.c)).unwrap_or_else(|e| panic!("host GEMM {g:?}: {e}"));
     let bias: Option<Vec<f32>> = epilogue.bias.map(|r| regions.f32s(r));
+    let residual: Option<Vec<f32>> = epilogue.residual.map(|r| regions.f32s(r));
     let out = regions.bytes_mut(c.c);
     for j in 0..g.n {
         for i in 0..g.m {
             let at = (j * g.ldc + i) * 4;
             let e = &mut out[at..at + 4];
             let mut v = f32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            if let Some(r) = &residual {
+                v += r[j * g.ldc + i];
+            }
             if let Some(b) = &bias {
                 v += b[i];
             }
