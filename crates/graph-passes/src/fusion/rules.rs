@@ -1197,9 +1197,6 @@ pub(super) fn is_load(op: &Op) -> bool {
     matches!(op, Op::Gather { .. } | Op::Slice { .. } | Op::Expand { .. } | Op::Transpose { .. } | Op::Concat { .. })
 }
 
-/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),
-/// or a Split (`q, k, v = qkv.split(e, dim=-1)` of GPT-2's packed projection). It picks slices of its input, so
-/// in an anchor's epilogue it only routes parts of the result.
 /// Whether node `p` is an operand layout of product `x` (`FusionCaps::operand_layout`): a Transpose that swaps
 /// the last two axes and keeps the others, whose one result `x` (a MatMul, or a Gemm) alone reads, once, as its A
 /// or B operand, and which is no graph output. A backend then reads the Transpose's input transposed (cuBLAS
@@ -1230,6 +1227,9 @@ pub(super) fn is_operand_layout(d: &Dense<'_>, p: u32, x: u32) -> bool {
         && ins.iter().take(2).any(|&u| u == t)
 }
 
+/// A selection: a Gather whose indices are a constant scalar (`qkv[1]` of a packed projection, a class token),
+/// or a Split (`q, k, v = qkv.split(e, dim=-1)` of GPT-2's packed projection). It picks slices of its input, so
+/// in an anchor's epilogue it only routes parts of the result.
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
     if matches!(d.op(i), Op::Split { .. }) {
         return true;
