@@ -156,11 +156,11 @@ fn the_class_token_is_a_row_selection_of_the_last_layernorm() {
     assert_eq!(names(&g, &p), vec![vec!["ln", "cls"], vec!["head"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Reduction, GroupKind::Anchor]);
 
-    let caps = FusionCaps { select_epilogue: false, ..FusionCaps::all() };
+    let caps = FusionCaps { select_rows: false, ..FusionCaps::all() };
     let p = fused(&g, caps);
     assert_eq!(verdict(&p, "ln", "cls"), Some(RejectReason::CapsExceeded));
     let d = p.decisions.iter().find(|d| d.producer == "ln" && d.consumer == "cls").unwrap();
-    assert!(d.detail.contains("select_epilogue"), "{}", d.detail);
+    assert!(d.detail.contains("select_rows"), "{}", d.detail);
 
     // Along the normalised axis the Gather picks one element per row, not a row: refused.
     let (mut g, zero) = build();

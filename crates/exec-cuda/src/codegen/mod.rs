@@ -334,6 +334,9 @@ pub fn fusion_caps() -> FusionCaps {
         // would need a buffer per part (the epilogue choosing it per element). Not done yet; the selections run
         // after the stored product instead.
         select_epilogue: false,
+        // A row kernel that writes only selected rows (a class token after the final LayerNorm) is not generated
+        // (`reduce`): the selection runs after the row kernel.
+        select_rows: false,
         // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
         // express is `CudaError::Unsupported`, never a kernel.
         attention: true,

@@ -170,6 +170,11 @@ pub struct FusionCaps {
     /// dim=-1)` after GPT-2's) instead of one launch per part.
     #[serde(default = "default_true")]
     pub select_epilogue: bool,
+    /// A row kernel may hold row selections (a Gather at a constant scalar index along a row axis of a value it
+    /// computes: a vision transformer's class token after the final LayerNorm), and then writes only the
+    /// selected rows.
+    #[serde(default = "default_true")]
+    pub select_rows: bool,
     /// `MatMul(Q, K^T) -> [scale] -> [mask Add] -> Softmax -> MatMul(., V)` may be one fused attention kernel
     /// (`GroupKind::Attention`): tiles of K and V, online softmax, the scores never materialised.
     #[serde(default = "default_true")]
@@ -228,6 +233,7 @@ impl FusionCaps {
             pool_chain: true,
             horizontal_gemm: true,
             operand_layout: true,
+            select_rows: true,
             max_inputs: 64,
             max_ops: 256,
         }
@@ -250,6 +256,7 @@ impl FusionCaps {
             pool_chain: false,
             horizontal_gemm: false,
             operand_layout: false,
+            select_rows: false,
             max_inputs: 64,
             max_ops: 256,
         }

@@ -987,8 +987,8 @@ impl Groups {
                 _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
             }
             if load(m) && selects(m) {
-                if !caps.select_epilogue {
-                    return reject(RejectReason::CapsExceeded, Why::CapOff("select_epilogue"));
+                if !caps.select_rows {
+                    return reject(RejectReason::CapsExceeded, Why::CapOff("select_rows"));
                 }
                 // Its data operand is a full row value of the kernel (or from outside); the index is a constant.
                 continue;
@@ -1020,8 +1020,8 @@ impl Groups {
                             continue;
                         }
                         if selects(c) && d.inputs(c).first() == Some(&t) {
-                            if !caps.select_epilogue {
-                                return reject(RejectReason::CapsExceeded, Why::CapOff("select_epilogue"));
+                            if !caps.select_rows {
+                                return reject(RejectReason::CapsExceeded, Why::CapOff("select_rows"));
                             }
                             continue;
                         }

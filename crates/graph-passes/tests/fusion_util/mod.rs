@@ -456,7 +456,7 @@ fn check_caps(g: &ComputeGraph, gi: usize, gr: &fusion::FusedGroup, caps: &Fusio
                 data = g.node(q).inputs[0];
             }
             if selection && g.producer(data).is_some_and(|p| members.contains(&p)) {
-                assert!(caps.select_epilogue, "group {gi}: row selection '{}' against the caps", name(n));
+                assert!(caps.select_rows, "group {gi}: row selection '{}' against the caps", name(n));
                 continue;
             }
             for &t in &node.inputs {
@@ -709,7 +709,7 @@ pub fn rows_graph(seed: u64, n: usize, custom: bool) -> ComputeGraph {
 /// Any capability set: each fusion class on or off, op and input caps from small to generous.
 pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> {
     use proptest::prelude::*;
-    (any::<[bool; 14]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
+    (any::<[bool; 15]>(), 1usize..10, 1usize..8).prop_map(|(b, max_ops, max_inputs)| FusionCaps {
         matmul_epilogue: b[0],
         gemm_epilogue: b[1],
         conv_epilogue: b[2],
@@ -724,6 +724,7 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         pool_chain: b[11],
         horizontal_gemm: b[12],
         operand_layout: b[13],
+        select_rows: b[14],
         max_inputs,
         max_ops,
     })
