@@ -603,6 +603,63 @@ fn packed_qkv_stores_every_part_through_cublas() {
     close("packed qkv", &out[&g.tensor(t).name], &want);
 }
 
+/// Selection epilogues (`caps.select_epilogue`, on in this backend's caps): a ViT's packed projection
+/// `[B,N,3E] -> [B,N,3,H,D] -> (2,0,3,1,4)` unbound by a Split + Squeezes or by Gathers at constant indices, the
+/// query scaled. cuBLAS stores each part into its own output (one pointer-array call over parts, heads and
+/// images) and one epilogue kernel adds the bias in place. Against the reference plans, at batch 1 and 2.
+#[test]
+fn packed_parts_store_into_their_own_outputs() {
+    let vit = |batch: usize, gather: bool| {
+        let (n, heads, d) = (5usize, 2usize, 4usize);
+        let e = heads * d;
+        let mut g = ComputeGraph::new(format!("vit_b{batch}_{}", if gather { "gather" } else { "split" }));
+        let x = g.add_input("x", DType::F32, [batch, n, e]).unwrap();
+        let w = g.add_weight("w", DType::F32, [e, 3 * e]).unwrap();
+        let b = g.add_weight("b", DType::F32, [3 * e]).unwrap();
+        let shape = [batch, n, 3, heads, d].map(|v| v as i64).to_vec();
+        let t = projected_heads(&mut g, "qkv", x, w, Some(b), shape, vec![2, 0, 3, 1, 4]);
+        let parts: Vec<TensorId> = if gather {
+            (0..3i64)
+                .map(|i| {
+                    let idx = g.add_constant(&format!("i{i}"), DType::I64, [], i.to_le_bytes().to_vec()).unwrap();
+                    node(&mut g, &format!("part{i}"), Op::Gather { axis: 0 }, &[t, idx])
+                })
+                .collect()
+        } else {
+            let outs = g.add_node("split", Op::Split { axis: 0, splits: vec![1, 1, 1] }, &[t]).unwrap();
+            outs.iter()
+                .enumerate()
+                .map(|(i, &o)| node(&mut g, &format!("part{i}"), Op::Squeeze { axes: Some(vec![0]) }, &[o]))
+                .collect()
+        };
+        let c = g.add_constant_f32("scale", [], &[0.5]).unwrap();
+        let q = node(&mut g, "q", Op::Mul, &[parts[0], c]);
+        for o in [q, parts[1], parts[2]] {
+            g.mark_output(o).unwrap();
+        }
+        g
+    };
+    let graphs: Vec<ComputeGraph> = [(1, false), (2, false), (1, true), (2, true)].map(|(b, gt)| vit(b, gt)).to_vec();
+    let mut optimised = PlanOptions::with_streams(1);
+    optimised.fusion.caps = codegen::fusion_caps();
+    let Some(runs) = differential("packed_parts_store_into_their_own_outputs", &graphs, &optimised, 1e-5) else {
+        return;
+    };
+    for r in runs.iter().filter(|r| r.tag == "opt") {
+        assert_eq!(r.plan.kernels().len(), 1, "{}: one kernel\n{}", r.graph, r.plan);
+        let src = &r.sources[0];
+        let [step] = src.blas.as_slice() else { panic!("{}: {:?}", r.graph, src.blas) };
+        let parts = step.parts.expect("parts");
+        assert_eq!((parts.count, parts.buffers.iter().flatten().count()), (3, 3), "{}", r.graph);
+        // Parts x heads x images matrices in one pointer-array call; the bias and scale in one launch.
+        let launches = codegen::gemm_launches(&src.blas);
+        let batch = if r.graph.starts_with("vit_b2") { 2 } else { 1 };
+        assert_eq!(launches.len(), 1, "{}: {launches:?}", r.graph);
+        assert_eq!(launches[0].products(), 3 * 2 * batch, "{}", r.graph);
+        assert_ne!(src.launch, codegen::Launch::None);
+    }
+}
+
 #[test]
 fn mlp_runs_through_cublas_steps() {
     let g = synth::mlp(2, 8, 3).unwrap();

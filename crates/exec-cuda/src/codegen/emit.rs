@@ -100,9 +100,15 @@ pub(crate) fn flit(f: f32) -> String {
 }
 
 /// A product computed by cuBLAS before the kernel: the anchor output value, the buffer it was stored in (alpha
-/// applied, no C term) and that buffer's dtype, and where each element lies there (`None`: at its own index; else
-/// its [`layout::Factors`], a permuted store). The epilogue reads it instead of recomputing the product.
-pub(crate) type Stored = (ValueId, BufferRef, DType, Option<layout::Factors>);
+/// applied, no C term) and that buffer's dtype, where each element lies there (`None`: at its own index; else
+/// its [`layout::Factors`], a permuted store), and with a selection epilogue the part factor's index in them and
+/// each part's buffer (the factors then place an element inside its part's buffer). The epilogue reads it instead
+/// of recomputing the product.
+pub(crate) type Stored = (ValueId, BufferRef, DType, Option<layout::Factors>, Option<(usize, Vec<Option<BufferRef>>)>);
+
+/// A stored product as the emitter reads it: value, buffer index, placement, and the part factor with each part's
+/// buffer index.
+type StoredRead = (ValueId, usize, Option<layout::Factors>, Option<(usize, Vec<Option<usize>>)>);
 
 /// Generates a per-element kernel. `blas_out`: the anchor output value already computed by cuBLAS into a buffer
 /// of the given dtype (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
@@ -122,13 +128,32 @@ pub(crate) fn generate_with(
     blas_out: Option<(ValueId, BufferRef, DType)>,
     chain: Option<attention::Chain>,
 ) -> CudaResult<KernelSource> {
-    generate_full(kernel, blas_out.map(|(v, b, d)| (v, b, d, None)).into_iter().collect(), chain)
+    generate_full(kernel, blas_out.map(|(v, b, d)| (v, b, d, None, None)).into_iter().collect(), chain)
 }
 
 fn generate_full(kernel: &Kernel, products: Vec<Stored>, chain: Option<attention::Chain>) -> CudaResult<KernelSource> {
     let mut bufs = Buffers::of(kernel)?;
-    let mut blas = Vec::with_capacity(products.len());
-    for (v, b, dtype, factors) in products {
+    let mut blas: Vec<StoredRead> = Vec::with_capacity(products.len());
+    for (v, b, dtype, factors, parts) in products {
+        // Each part's buffer is one the kernel writes, of the product's dtype.
+        let parts = match parts {
+            None => None,
+            Some((part, buffers)) => {
+                let mut idx = Vec::with_capacity(buffers.len());
+                for pb in buffers {
+                    idx.push(match pb {
+                        None => None,
+                        Some(pb) => match bufs.list.iter().position(|x| *x == pb) {
+                            Some(i) if bufs.dtype[i] == dtype => Some(i),
+                            _ => {
+                                return Err(unsupported(kernel, format!("part buffer {pb} is not a {dtype} output")));
+                            }
+                        },
+                    });
+                }
+                Some((part, idx))
+            }
+        };
         let i = match bufs.list.iter().position(|x| *x == b) {
             Some(i) => {
                 if bufs.dtype[i] != dtype {
@@ -146,7 +171,7 @@ fn generate_full(kernel: &Kernel, products: Vec<Stored>, chain: Option<attention
                 bufs.list.len() - 1
             }
         };
-        blas.push((v, i, factors));
+        blas.push((v, i, factors, parts));
     }
     let mut e = Emitter::new(kernel, &bufs, blas)?;
     e.attention = chain;
@@ -206,8 +231,9 @@ pub(crate) struct Emitter<'k> {
     /// Buffer index of each read value.
     read_buf: HashMap<ValueId, usize>,
     buf_dtype: Vec<DType>,
-    /// The cuBLAS products: value, buffer index, and where their elements lie in it when stored permuted.
-    blas: Vec<(ValueId, usize, Option<layout::Factors>)>,
+    /// The cuBLAS products: value, buffer index, where their elements lie in it when stored permuted, and the parts
+    /// of a selection epilogue.
+    blas: Vec<StoredRead>,
     pub(crate) out: String,
     pub(crate) indent: usize,
     memo: Vec<HashMap<(ValueId, String), String>>,
@@ -234,11 +260,7 @@ pub(crate) enum RowValue {
 }
 
 impl<'k> Emitter<'k> {
-    pub(crate) fn new(
-        k: &'k Kernel,
-        bufs: &Buffers,
-        blas: Vec<(ValueId, usize, Option<layout::Factors>)>,
-    ) -> CudaResult<Self> {
+    pub(crate) fn new(k: &'k Kernel, bufs: &Buffers, blas: Vec<StoredRead>) -> CudaResult<Self> {
         let mut producer = HashMap::new();
         for (ii, instr) in k.body.iter().enumerate() {
             for (pos, &v) in instr.outputs.iter().enumerate() {
@@ -430,14 +452,33 @@ impl<'k> Emitter<'k> {
         // The cuBLAS product stands in for the anchor's output. Stored in the anchor's dtype it was rounded by
         // cuBLAS already; stored in f32 (a half anchor borrowing an f32 output), it is rounded here, after the C
         // term, once, as every op's value is (`codegen::BlasStep`).
-        let stored = self.blas.iter().find(|(bv, _, _)| *bv == instr.outputs[pos]).map(|(_, b, f)| (*b, f.clone()));
-        if let Some((b, factors)) = stored {
+        let stored = self
+            .blas
+            .iter()
+            .find(|(bv, _, _, _)| *bv == instr.outputs[pos])
+            .map(|(_, b, f, parts)| (*b, f.clone(), parts.clone()));
+        if let Some((b, factors, parts)) = stored {
             let pd = self.buf_dtype.get(b).copied().unwrap_or(DType::F32);
-            let at = match factors {
-                Some(f) => self.def("long long", "t", &Self::placed(idx, &f)),
+            let at = match &factors {
+                Some(f) => self.def("long long", "t", &Self::placed(idx, f)),
                 None => idx.to_owned(),
             };
-            let p = self.def("float", "v", &load(&format!("b{b}"), &at, pd));
+            let p = match (parts, &factors) {
+                // A selection epilogue: the part factor's coordinate picks the buffer (each thread reads the part
+                // it writes, in place).
+                (Some((part, buffers)), Some(f)) => {
+                    let extents: Vec<usize> = f.iter().map(|x| x.0).collect();
+                    let which = self.def("long long", "t", &Self::coord(idx, &extents, part));
+                    let mut expr = "0.0f".to_owned();
+                    for (pi, pb) in buffers.iter().enumerate().rev() {
+                        if let Some(pb) = pb {
+                            expr = format!("({which} == {pi}LL ? {} : {expr})", load(&format!("b{pb}"), &at, pd));
+                        }
+                    }
+                    self.def("float", "v", &expr)
+                }
+                _ => self.def("float", "v", &load(&format!("b{b}"), &at, pd)),
+            };
             if let (Op::Gemm { beta, .. }, Some(_)) = (&instr.op, instr.inputs.get(2)) {
                 let (cv, c) = input(2)?;
                 let ci = self.broadcast_index(idx, &oshape, c.shape.dims());

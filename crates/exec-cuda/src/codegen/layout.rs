@@ -104,9 +104,14 @@ pub(crate) fn chain_output(kernel: &Kernel, vy: ValueId) -> Option<Chain> {
     if !steps.iter().any(|i| matches!(i.op, Op::Transpose { .. })) {
         return Some(Chain { end: cur, factors: None, layout_only });
     }
-    // Walk back: start from the output's own row-major layout; a view or an elementwise op keeps the linear
-    // order, a Transpose reorders the factors of its output's dims into its input's.
-    let mut factors = row_major(kernel.values.get(cur.index())?.shape.dims());
+    let factors = walk_back(kernel, &steps, row_major(kernel.values.get(cur.index())?.shape.dims()))?;
+    Some(Chain { end: cur, factors: Some(factors), layout_only })
+}
+
+/// `factors` (in the index order of the last step's output) carried back through `steps` to the index order of
+/// the first step's input: a view or an elementwise op keeps the linear order, a Transpose reorders the factors
+/// of its output's dims into its input's.
+fn walk_back(kernel: &Kernel, steps: &[&graph_plan::Instr], mut factors: Factors) -> Option<Factors> {
     for instr in steps.iter().rev() {
         if let Op::Transpose { perm } = &instr.op {
             let input = kernel.values.get(instr.inputs[0].index())?.shape.dims();
@@ -126,7 +131,149 @@ pub(crate) fn chain_output(kernel: &Kernel, vy: ValueId) -> Option<Chain> {
                 .collect();
         }
     }
-    Some(Chain { end: cur, factors: Some(factors), layout_only })
+    Some(factors)
+}
+
+/// Most parts a selection epilogue may route a product to ([`Selected`]).
+pub const MAX_PARTS: usize = 8;
+
+/// A product whose epilogue selects parts of one value (`FusionCaps::select_epilogue`): `T`, reached from the
+/// product by elementwise ops, views and Transposes, is read by one Split or by Gathers at constant scalar
+/// indices along one axis, each part then (through views and elementwise ops) a written value of its own, all of
+/// one shape. The product's placement: its [`Factors`] in a part's layout, the factor that walks the parts with
+/// stride 0 (each part is a buffer of its own).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Selected {
+    /// The placement in a part's layout (every part has the same), the part factor's stride 0.
+    pub factors: Factors,
+    /// Which of `factors` walks the parts (its extent is the number of parts).
+    pub part: usize,
+    /// The written value of each part, by part index (`None`: a part nothing selects).
+    pub ends: Vec<Option<ValueId>>,
+    /// Nothing but views, Transposes and the selections on the way.
+    pub layout_only: bool,
+}
+
+/// One step of a chain: the single reader of `cur`, when it is an elementwise op of one shape, a view, or (with
+/// `transposes`) a Transpose; `None` when `cur` has another number of readers or its reader is anything else.
+fn chain_step(kernel: &Kernel, cur: ValueId, transposes: bool) -> Option<&graph_plan::Instr> {
+    let mut readers = kernel.body.iter().filter(|i| i.inputs.contains(&cur));
+    let next = readers.next()?;
+    if readers.next().is_some() || next.outputs.len() != 1 {
+        return None;
+    }
+    let shape_in = kernel.values.get(cur.index())?.shape.dims();
+    let shape_out = kernel.values.get(next.outputs[0].index())?.shape.dims();
+    match next.op.category() {
+        OpCategory::Elementwise if shape_in == shape_out => Some(next),
+        OpCategory::View => Some(next),
+        OpCategory::DataMovement if transposes && matches!(next.op, Op::Transpose { .. }) => Some(next),
+        _ => None,
+    }
+}
+
+/// The selection epilogue of product `vy` ([`Selected`]); `index_of` gives a constant scalar index operand's value.
+/// `None` for any other shape of epilogue.
+pub(crate) fn selected_outputs(
+    kernel: &Kernel,
+    vy: ValueId,
+    index_of: &dyn Fn(ValueId) -> Option<i64>,
+) -> Option<Selected> {
+    let mut cur = vy;
+    let mut steps: Vec<&graph_plan::Instr> = Vec::new();
+    while let Some(next) = chain_step(kernel, cur, true) {
+        steps.push(next);
+        cur = next.outputs[0];
+    }
+    // `cur` is T: read by the selections only, written by nobody.
+    if kernel.param_of(cur, Access::Write).is_some() {
+        return None;
+    }
+    let td = kernel.values.get(cur.index())?.shape.dims().to_vec();
+    let readers: Vec<&graph_plan::Instr> = kernel.body.iter().filter(|i| i.inputs.contains(&cur)).collect();
+    let norm = |axis: i64| -> Option<usize> {
+        let a = if axis < 0 { axis + td.len() as i64 } else { axis };
+        usize::try_from(a).ok().filter(|&a| a < td.len())
+    };
+    // (axis, parts, size of a part, the value each selection reads out for each part index).
+    let (axis, parts, size, picked): (usize, usize, usize, Vec<(usize, ValueId)>) = match readers.as_slice() {
+        [split] if matches!(split.op, Op::Split { .. }) => {
+            let Op::Split { axis, splits } = &split.op else { return None };
+            let a = norm(*axis)?;
+            let k = split.outputs.len();
+            let s = *splits.first()?;
+            if k < 2 || splits.len() != k || splits.iter().any(|&x| x != s) || s * k != td[a] || split.inputs[0] != cur
+            {
+                return None;
+            }
+            (a, k, s, split.outputs.iter().copied().enumerate().collect())
+        }
+        gathers if !gathers.is_empty() => {
+            let mut a = None;
+            let mut picked = Vec::new();
+            for g in gathers {
+                let Op::Gather { axis } = &g.op else { return None };
+                let ax = norm(*axis)?;
+                if *a.get_or_insert(ax) != ax || g.inputs.first() != Some(&cur) || g.outputs.len() != 1 {
+                    return None;
+                }
+                let i = index_of(*g.inputs.get(1)?)?;
+                let i = usize::try_from(if i < 0 { i + td[ax] as i64 } else { i }).ok().filter(|&i| i < td[ax])?;
+                if picked.iter().any(|&(j, _)| j == i) {
+                    return None;
+                }
+                picked.push((i, g.outputs[0]));
+            }
+            (a?, td[a?], 1, picked)
+        }
+        _ => return None,
+    };
+    if parts > MAX_PARTS {
+        return None;
+    }
+    // Each part: views and elementwise ops (no Transpose: a part's layout is the selection's) to a written value.
+    let mut ends: Vec<Option<ValueId>> = vec![None; parts];
+    let mut layout_only =
+        steps.iter().all(|i| i.op.category() == OpCategory::View || matches!(i.op, Op::Transpose { .. }));
+    let mut numel = None;
+    for (p, v) in picked {
+        let mut end = v;
+        while let Some(next) = chain_step(kernel, end, false) {
+            layout_only &= next.op.category() == OpCategory::View;
+            end = next.outputs[0];
+        }
+        kernel.param_of(end, Access::Write)?;
+        let n: usize = kernel.values.get(end.index())?.shape.dims().iter().product();
+        if *numel.get_or_insert(n) != n || ends[p].is_some() {
+            return None;
+        }
+        ends[p] = Some(end);
+    }
+    // A part's layout: T's dims with the axis's extent `size`, row-major. In T's index order: each dim its
+    // factor with that layout's stride, the axis split into the part (stride 0) and the element within it.
+    let mut od = td.clone();
+    od[axis] = size;
+    let mut factors: Factors = Vec::new();
+    let mut stride = 1usize;
+    let mut rev: Factors = Vec::new();
+    for (d, &extent) in od.iter().enumerate().rev() {
+        if extent > 1 {
+            rev.push((extent, stride));
+        }
+        if d == axis {
+            rev.push((parts, 0));
+        }
+        stride *= extent;
+    }
+    rev.reverse();
+    factors.extend(rev);
+    let factors = walk_back(kernel, &steps, factors)?;
+    let zero: Vec<usize> = (0..factors.len()).filter(|&i| factors[i].1 == 0).collect();
+    let [part] = zero.as_slice() else { return None };
+    if factors[*part].0 != parts {
+        return None;
+    }
+    Some(Selected { part: *part, factors, ends, layout_only })
 }
 
 /// Row-major factors of a contiguous value of `dims`.
@@ -234,8 +381,13 @@ impl Store {
                 Axis::Col => (0, s.linear),
             }
         };
-        let col = steps.iter().position(|s| s.axis == Axis::Col && s.linear == 1)?;
+        // A factor of stride 0 walks the parts of a selection epilogue (`Selected`): each part is a buffer of its
+        // own, so it must be a loop of calls, never the matrix or the strided batch.
+        let col = steps.iter().position(|s| s.axis == Axis::Col && s.linear == 1).filter(|&i| steps[i].c != 0)?;
         let row = steps.iter().position(|s| s.axis == Axis::Row && s.linear == n);
+        if row.is_some_and(|r| steps[r].c == 0) {
+            return None;
+        }
         let (d, d_stride) = (steps[col].extent, steps[col].c);
         let (rows, row_stride) = row.map_or((1, None), |r| (steps[r].extent, Some(steps[r].c)));
         let weight_first = if d_stride == 1 {
@@ -248,7 +400,7 @@ impl Store {
         let mut rest: Vec<Step> =
             steps.iter().enumerate().filter(|&(i, _)| i != col && Some(i) != row).map(|(_, s)| *s).collect();
         // The strided batch: the largest remaining factor; the others loop, in the output's order.
-        let batch_at = (0..rest.len()).max_by_key(|&i| (rest[i].extent, usize::MAX - i));
+        let batch_at = (0..rest.len()).filter(|&i| rest[i].c != 0).max_by_key(|&i| (rest[i].extent, usize::MAX - i));
         let (batch_count, stride_x, stride_w, stride_c) = match batch_at {
             Some(i) => {
                 let b = rest.remove(i);
@@ -331,11 +483,21 @@ impl Store {
     /// The element offsets (activation, weight, output) of every call, in loop order (the last loop fastest).
     #[must_use]
     pub fn offsets(&self) -> Vec<(usize, usize, usize)> {
-        let mut out = vec![(0usize, 0usize, 0usize)];
+        self.offsets_parts().into_iter().map(|(x, w, c, _)| (x, w, c)).collect()
+    }
+
+    /// [`Store::offsets`] with each call's part: the iteration of the loop whose output step is 0 (a selection
+    /// epilogue's parts, each a buffer of its own), 0 without one.
+    #[must_use]
+    pub fn offsets_parts(&self) -> Vec<(usize, usize, usize, usize)> {
+        let mut out = vec![(0usize, 0usize, 0usize, 0usize)];
         for l in self.loops() {
+            let part = l.c == 0;
             out = out
                 .into_iter()
-                .flat_map(|(x, w, c)| (0..l.count).map(move |i| (x + i * l.x, w + i * l.w, c + i * l.c)))
+                .flat_map(|(x, w, c, p)| {
+                    (0..l.count).map(move |i| (x + i * l.x, w + i * l.w, c + i * l.c, if part { i } else { p }))
+                })
                 .collect();
         }
         out

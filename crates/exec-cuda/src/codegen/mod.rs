@@ -101,6 +101,18 @@ pub struct BlasStep {
     /// A bias and/or activation cuBLASLt applies before the store ([`LtEpilogue`]): the step is one
     /// `cublasLtMatmul` and `c` is the kernel's output, so no epilogue kernel runs.
     pub lt: Option<LtEpilogue>,
+    /// With a selection epilogue (`FusionCaps::select_epilogue`): the buffer of each part, by part index. The
+    /// permuted store's part loop (output step 0) then writes each part into its own buffer; `c` is the first.
+    pub parts: Option<Parts>,
+}
+
+/// The output buffer of each part of a selection epilogue ([`layout::Selected`]), by part index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parts {
+    /// Buffers, `None` for a part nothing selects (its calls are skipped).
+    pub buffers: [Option<BufferRef>; layout::MAX_PARTS],
+    /// How many parts.
+    pub count: usize,
 }
 
 /// The activation of an [`LtEpilogue`] (`CUBLASLT_EPILOGUE_RELU*`, `CUBLASLT_EPILOGUE_GELU*`).
@@ -156,14 +168,18 @@ impl BlasStep {
             return vec![BlasCall { gemm: self.matmul.to_col_major(), a: self.b, b: self.a, c: self.c }];
         };
         let (ab, c) = (s.gemm.types.ab.size(), s.gemm.types.c.size());
-        s.offsets()
+        s.offsets_parts()
             .into_iter()
-            .map(|(xo, wo, co)| {
+            .filter_map(|(xo, wo, co, p)| {
+                let base = match self.parts {
+                    Some(parts) => parts.buffers.get(p).copied().flatten()?,
+                    None => self.c,
+                };
                 let x = skip(self.a, xo.saturating_mul(ab));
                 let w = skip(self.b, wo.saturating_mul(ab));
-                let c = skip(self.c, co.saturating_mul(c));
+                let c = skip(base, co.saturating_mul(c));
                 let (a, b) = if s.weight_first { (w, x) } else { (x, w) };
-                BlasCall { gemm: s.gemm, a, b, c }
+                Some(BlasCall { gemm: s.gemm, a, b, c })
             })
             .collect()
     }
@@ -171,7 +187,11 @@ impl BlasStep {
     /// How many cuBLAS calls [`BlasStep::calls`] makes.
     #[must_use]
     pub fn call_count(&self) -> usize {
-        self.store.map_or(1, |s| s.calls())
+        match (self.store, self.parts) {
+            (Some(_), Some(_)) => self.calls().len(),
+            (Some(s), None) => s.calls(),
+            (None, _) => 1,
+        }
     }
 }
 
@@ -330,10 +350,11 @@ pub fn fusion_caps() -> FusionCaps {
         // batch of matrices (head splits, a transposed key: [`layout`]); the epilogue reads it in place. Other
         // permutations fall back to the per-element product, which indexes through them.
         layout_epilogue: true,
-        // Selections in an epilogue route parts of the product to outputs of their own: one stored product
-        // would need a buffer per part (the epilogue choosing it per element). Not done yet; the selections run
-        // after the stored product instead.
-        select_epilogue: false,
+        // Selections in an epilogue route parts of the product to outputs of their own: cuBLAS stores each part
+        // into its own output (the permuted store's part loop) and the epilogue reads the part it writes
+        // (`selected_product`). A Gather's index must be a plan constant (`generate_all_with`); a selection the
+        // store cannot place keeps the per-element product.
+        select_epilogue: true,
         // A row kernel that writes only selected rows (a class token after the final LayerNorm) is not generated
         // (`reduce`): the selection runs after the row kernel.
         select_rows: false,
@@ -385,7 +406,28 @@ pub fn generate_all(plan: &ExecutionPlan) -> CudaResult<Vec<KernelSource>> {
 /// # Errors
 /// As [`generate_with`].
 pub fn generate_all_with(plan: &ExecutionPlan, options: &CodegenOptions) -> CudaResult<Vec<KernelSource>> {
-    plan.kernels().iter().map(|k| generate_with(k, options)).collect()
+    let consts = constants(plan);
+    plan.kernels().iter().map(|k| generate_in(k, options, &consts)).collect()
+}
+
+/// The plan's scalar integer constants by buffer: the indices of Gather selections, which a selection epilogue
+/// must know when it is generated (which part goes to which output).
+type Constants = std::collections::HashMap<BufferRef, i64>;
+
+fn constants(plan: &ExecutionPlan) -> Constants {
+    plan.bindings()
+        .iter()
+        .filter(|b| b.role == graph_plan::BindingRole::Constant && b.shape.numel() == Some(1))
+        .filter_map(|b| {
+            let d = b.data.as_deref()?;
+            let v = match b.dtype {
+                DType::I64 => i64::from_le_bytes(d.get(..8)?.try_into().ok()?),
+                DType::I32 => i64::from(i32::from_le_bytes(d.get(..4)?.try_into().ok()?)),
+                _ => return None,
+            };
+            Some((b.buffer, v))
+        })
+        .collect()
 }
 
 /// Generates the code of one plan kernel, with cuBLAS anchors.
@@ -401,11 +443,17 @@ pub fn generate(kernel: &Kernel) -> CudaResult<KernelSource> {
 /// # Errors
 /// As [`generate`].
 pub fn generate_with(kernel: &Kernel, options: &CodegenOptions) -> CudaResult<KernelSource> {
+    generate_in(kernel, options, &Constants::new())
+}
+
+/// [`generate_with`] knowing the plan's scalar constants (without them a selection epilogue of Gathers keeps its
+/// per-element product).
+fn generate_in(kernel: &Kernel, options: &CodegenOptions, consts: &Constants) -> CudaResult<KernelSource> {
     let mut src = match kernel.kind {
         GroupKind::Custom => custom(kernel),
         GroupKind::Copy => Err(unsupported(kernel, "a copy group has no kernel (it is a Copy step)")),
         GroupKind::Reduction => reduce::generate(kernel),
-        GroupKind::Anchor => match if options.cublas { blas_anchor(kernel)? } else { None } {
+        GroupKind::Anchor => match if options.cublas { blas_anchor(kernel, consts)? } else { None } {
             Some(s) => Ok(s),
             None => emit::generate(kernel, None),
         },
@@ -520,7 +568,7 @@ fn custom(kernel: &Kernel) -> CudaResult<KernelSource> {
 }
 
 /// A MatMul/Gemm anchor as a cuBLAS call plus an epilogue kernel, when its operands allow it.
-fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
+fn blas_anchor(kernel: &Kernel, consts: &Constants) -> CudaResult<Option<KernelSource>> {
     // The product, after its operand layouts (`FusionCaps::operand_layout`: Transposes of its operands).
     let Some(at) = kernel.body.iter().position(|i| matches!(i.op, Op::MatMul | Op::Gemm { .. } | Op::Conv(_))) else {
         return Ok(None);
@@ -575,6 +623,12 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     }
     // A permuted epilogue: cuBLAS stores the product straight into the permuted output, where the epilogue reads
     // it at the index it writes.
+    // A selection epilogue: each part stored by cuBLAS into its own output.
+    if prologue.is_empty() && kernel.body.iter().any(|i| matches!(i.op, Op::Split { .. } | Op::Gather { .. })) {
+        if let Some(src) = selected_product(kernel, first, consts)? {
+            return Ok(Some(src));
+        }
+    }
     if prologue.is_empty() && layout::chain_output(kernel, vy).is_some_and(|c| c.factors.is_some()) {
         if let Some(src) = stored_products(kernel, &[first])? {
             return Ok(Some(src));
@@ -627,7 +681,7 @@ fn blas_anchor(kernel: &Kernel) -> CudaResult<Option<KernelSource>> {
     {
         return Ok(None);
     }
-    let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None, lt: None }];
+    let blas = vec![BlasStep { matmul: mm, a: pa.buffer, b: pb.buffer, c: c_buf, store: None, lt: None, parts: None }];
     let needs_epilogue = has_c || !epilogue.is_empty() || kernel.param_of(vy, Access::Write).is_none();
     if !needs_epilogue {
         return Ok(Some(KernelSource::cublas_only(kernel, blas)));
@@ -739,8 +793,15 @@ fn lt_anchor(
         return Ok(None);
     }
     mm.types = GemmTypes::F32;
-    let step =
-        BlasStep { matmul: mm, a, b, c: po.buffer, store: None, lt: Some(LtEpilogue { bias, residual, activation }) };
+    let step = BlasStep {
+        matmul: mm,
+        a,
+        b,
+        c: po.buffer,
+        store: None,
+        lt: Some(LtEpilogue { bias, residual, activation }),
+        parts: None,
+    };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
@@ -767,6 +828,116 @@ fn through_layout(kernel: &Kernel, prologue: &[graph_plan::Instr], v: ValueId) -
         &[u] if swaps => Some((u, true)),
         _ => None,
     }
+}
+
+/// A MatMul or Gemm (neither operand transposed, the weight a matrix) whose epilogue selects parts of its result
+/// (`FusionCaps::select_epilogue`, [`layout::Selected`]): cuBLAS stores each part straight into its own output
+/// (the permuted store's part loop, [`Parts`]), and one epilogue kernel rewrites every output in place, reading
+/// the part it writes; no launch when nothing but layout follows. `None` when the operands, the epilogue or the
+/// placement do not allow it.
+fn selected_product(
+    kernel: &Kernel,
+    first: &graph_plan::Instr,
+    consts: &Constants,
+) -> CudaResult<Option<KernelSource>> {
+    let (alpha, has_c) = match &first.op {
+        Op::MatMul => (1.0, false),
+        Op::Gemm { alpha, trans_a: false, trans_b: false, .. } => (*alpha, first.inputs.len() == 3),
+        _ => return Ok(None),
+    };
+    let (Some(&va), Some(&vb), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
+        return Ok(None);
+    };
+    let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
+    let Some(ab) = GemmType::of(a.dtype) else {
+        return Ok(None);
+    };
+    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
+        return Ok(None);
+    };
+    if b.dtype != a.dtype || y.dtype != a.dtype {
+        return Ok(None);
+    }
+    let index_of = |v: ValueId| kernel.param_of(v, Access::Read).and_then(|p| consts.get(&p.buffer).copied());
+    let Some(sel) = layout::selected_outputs(kernel, vy, &index_of) else {
+        return Ok(None);
+    };
+    // Every written value ends one part; the parts share a dtype: the anchor's, or f32 (see `BlasStep`).
+    let ends: Vec<ValueId> = sel.ends.iter().flatten().copied().collect();
+    let written: Vec<ValueId> = kernel.params.iter().filter(|p| p.access == Access::Write).map(|p| p.value).collect();
+    if ends.is_empty() || written.len() != ends.len() || !written.iter().all(|v| ends.contains(v)) {
+        return Ok(None);
+    }
+    let od = value_checked(kernel, ends[0])?.dtype;
+    if ends.iter().any(|&e| kernel.values.get(e.index()).is_none_or(|x| x.dtype != od))
+        || (od != y.dtype && od != DType::F32)
+    {
+        return Ok(None);
+    }
+    let Some(c_type) = GemmType::of(od) else {
+        return Ok(None);
+    };
+    if has_c && c_type != GemmType::F32 {
+        return Ok(None);
+    }
+    let (ad, bd, yd) = (a.shape.dims(), b.shape.dims(), y.shape.dims());
+    let Some(mm) = matmul_spec(ad, bd, yd, false, false, alpha) else {
+        return Ok(None);
+    };
+    if bd.len() != 2 || ad.len() != yd.len() || yd.len() < 2 || ad[..ad.len() - 2] != yd[..yd.len() - 2] {
+        return Ok(None);
+    }
+    let types = GemmTypes { ab, c: c_type };
+    let Some(mut store) = layout::Store::of(&yd[..yd.len() - 2], mm.m, mm.n, mm.k, &sel.factors, types) else {
+        return Ok(None);
+    };
+    store.gemm.alpha = mm.alpha;
+    let mut buffers = [None; layout::MAX_PARTS];
+    for (slot, end) in buffers.iter_mut().zip(&sel.ends) {
+        *slot = match end {
+            Some(e) => Some(
+                kernel
+                    .param_of(*e, Access::Write)
+                    .ok_or_else(|| unsupported(kernel, format!("part {e} has no buffer")))?
+                    .buffer,
+            ),
+            None => None,
+        };
+    }
+    let Some(c) = buffers.iter().flatten().next().copied() else {
+        return Ok(None);
+    };
+    let step = BlasStep {
+        matmul: Matmul { types, ..mm },
+        a: pa.buffer,
+        b: pb.buffer,
+        c,
+        store: Some(store),
+        lt: None,
+        parts: Some(Parts { buffers, count: sel.ends.len() }),
+    };
+    // Every part's calls in bounds; no part overlaps another or anything the kernel reads.
+    let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
+    let calls = step.calls();
+    if calls.is_empty() || calls.iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
+        return Ok(None);
+    }
+    let outs: Vec<BufferRef> = buffers.iter().flatten().copied().collect();
+    for (i, o) in outs.iter().enumerate() {
+        if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(o))
+            || outs[..i].iter().any(|q| q.overlaps(o))
+        {
+            return Ok(None);
+        }
+    }
+    let blas = vec![step];
+    if sel.layout_only && !has_c && od == y.dtype {
+        return Ok(Some(KernelSource::cublas_only(kernel, blas)));
+    }
+    let read = (vy, c, od, Some(sel.factors), Some((sel.part, buffers[..sel.ends.len()].to_vec())));
+    let mut src = emit::generate_stored(kernel, vec![read])?;
+    src.blas = blas;
+    Ok(Some(src))
 }
 
 /// One product of [`stored_products`]: its cuBLAS step, how the epilogue finds it, and whether anything but its
@@ -833,13 +1004,21 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
             Some(store)
         }
     };
-    let step = BlasStep { matmul: Matmul { types, ..mm }, a: pa.buffer, b: pb.buffer, c: po.buffer, store, lt: None };
+    let step = BlasStep {
+        matmul: Matmul { types, ..mm },
+        a: pa.buffer,
+        b: pb.buffer,
+        c: po.buffer,
+        store,
+        lt: None,
+        parts: None,
+    };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
     }
     let bare = chain.layout_only && !has_c && o.dtype == y.dtype;
-    Ok(Some(StoredProduct { step, read: (vy, po.buffer, o.dtype, chain.factors), end: chain.end, bare }))
+    Ok(Some(StoredProduct { step, read: (vy, po.buffer, o.dtype, chain.factors, None), end: chain.end, bare }))
 }
 
 /// The kernel as cuBLAS products, each stored where its own chain's output lives (a permuted store, sibling
@@ -981,6 +1160,7 @@ mod tests {
             c: buf(c, 4 * 4 * n as u64),
             store: None,
             lt: None,
+            parts: None,
         };
         let (q, k, v, o) = (step(1000, 5000, 6), step(2000, 6000, 6), step(3000, 7000, 6), step(4000, 8000, 3));
         let launches = gemm_launches(&[q, k, o, v]);
@@ -1014,6 +1194,7 @@ mod tests {
             c,
             store: Some(store),
             lt: None,
+            parts: None,
         };
         assert_eq!((step.call_count(), store.gemm.batch), (2, 2));
         let launches = gemm_launches(&[step]);
