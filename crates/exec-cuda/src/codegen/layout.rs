@@ -231,42 +231,55 @@ pub(crate) fn selected_outputs(
     if parts > MAX_PARTS {
         return None;
     }
-    // Each part: views and elementwise ops (no Transpose: a part's layout is the selection's) to a written value.
+    // Each part: views, elementwise ops and Transposes to a written value; every part's selected value placed
+    // alike in its own output (the factors of its index order in the output's layout).
     let mut ends: Vec<Option<ValueId>> = vec![None; parts];
     let mut layout_only =
         steps.iter().all(|i| i.op.category() == OpCategory::View || matches!(i.op, Op::Transpose { .. }));
-    let mut numel = None;
+    let mut placement: Option<Factors> = None;
+    let mut sel_dims: Option<Vec<usize>> = None;
     for (p, v) in picked {
         let mut end = v;
-        while let Some(next) = chain_step(kernel, end, false) {
-            layout_only &= next.op.category() == OpCategory::View;
+        let mut post: Vec<&graph_plan::Instr> = Vec::new();
+        while let Some(next) = chain_step(kernel, end, true) {
+            layout_only &= next.op.category() == OpCategory::View || matches!(next.op, Op::Transpose { .. });
+            post.push(next);
             end = next.outputs[0];
         }
         kernel.param_of(end, Access::Write)?;
-        let n: usize = kernel.values.get(end.index())?.shape.dims().iter().product();
-        if *numel.get_or_insert(n) != n || ends[p].is_some() {
+        let f = walk_back(kernel, &post, row_major(kernel.values.get(end.index())?.shape.dims()))?;
+        let dims = kernel.values.get(v.index())?.shape.dims().to_vec();
+        if *placement.get_or_insert_with(|| f.clone()) != f || *sel_dims.get_or_insert_with(|| dims.clone()) != dims {
+            return None;
+        }
+        if ends[p].is_some() {
             return None;
         }
         ends[p] = Some(end);
     }
-    // A part's layout: T's dims with the axis's extent `size`, row-major. In T's index order: each dim its
-    // factor with that layout's stride, the axis split into the part (stride 0) and the element within it.
-    let mut od = td.clone();
-    od[axis] = size;
-    let mut factors: Factors = Vec::new();
-    let mut stride = 1usize;
-    let mut rev: Factors = Vec::new();
-    for (d, &extent) in od.iter().enumerate().rev() {
-        if extent > 1 {
-            rev.push((extent, stride));
-        }
-        if d == axis {
-            rev.push((parts, 0));
-        }
-        stride *= extent;
+    // In T's index order: each dim's factors as a part places them, the selected axis led by the part factor
+    // (stride 0: each part is a buffer of its own). A selected value has T's dims with the axis's extent `size`
+    // (a Split) or without the axis (a Gather).
+    let (placement, sel_dims) = (placement?, sel_dims?);
+    let gather = sel_dims.len() + 1 == td.len();
+    if !gather && (sel_dims.len() != td.len() || sel_dims[axis] != size) {
+        return None;
     }
-    rev.reverse();
-    factors.extend(rev);
+    let groups = split_into(&placement, &sel_dims)?;
+    let mut factors: Factors = Vec::new();
+    for d in 0..td.len() {
+        let g = if !gather || d < axis {
+            groups.get(d)
+        } else if d == axis {
+            None
+        } else {
+            groups.get(d - 1)
+        };
+        if d == axis {
+            factors.push((parts, 0));
+        }
+        factors.extend(g.into_iter().flatten().copied());
+    }
     let factors = walk_back(kernel, &steps, factors)?;
     let zero: Vec<usize> = (0..factors.len()).filter(|&i| factors[i].1 == 0).collect();
     let [part] = zero.as_slice() else { return None };
