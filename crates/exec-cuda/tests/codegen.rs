@@ -214,6 +214,79 @@ fn bf16_products_fall_back_below_compute_capability_8() {
 
 /// Also the graphs of the GPU end-to-end test: with `CUPLAN_PTX_CACHE=DIR` this test fills DIR with their PTX,
 /// which a GPU machine without NVRTC can then use.
+/// The kernels of selection epilogues (a packed projection unbound by a Split or by Gathers; GPT-2's last-axis
+/// split with per-part head splits) and of a row selection (a class token after a LayerNorm) compile with NVRTC.
+#[test]
+fn selection_kernels_compile() {
+    let test = "selection_kernels_compile";
+    let cache = CompileCache::from_env();
+    let mut graphs = Vec::new();
+    for form in 0..3 {
+        let mut g = ComputeGraph::new(format!("packed_{form}"));
+        let x = g.add_input("x", DType::F32, [2, 5, 8]).unwrap();
+        let w = g.add_weight("w", DType::F32, [8, 24]).unwrap();
+        let b = g.add_weight("b", DType::F32, [24]).unwrap();
+        let y = g.add_node("mm", Op::MatMul, &[x, w]).unwrap()[0];
+        let y = g.add_node("bias", Op::Add, &[y, b]).unwrap()[0];
+        let outs: Vec<graph_plan::ir::TensorId> = if form == 2 {
+            // GPT-2: split the last axis, then each part's heads.
+            let parts = g.add_node("split", Op::Split { axis: 2, splits: vec![8, 8, 8] }, &[y]).unwrap();
+            parts
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| {
+                    let v = g
+                        .add_node(&format!("v{i}"), Op::Reshape { shape: vec![2, 5, 2, 4], allowzero: false }, &[p])
+                        .unwrap()[0];
+                    g.add_node(&format!("h{i}"), Op::Transpose { perm: Some(vec![0, 2, 1, 3]) }, &[v]).unwrap()[0]
+                })
+                .collect()
+        } else {
+            let v = g.add_node("view", Op::Reshape { shape: vec![2, 5, 3, 2, 4], allowzero: false }, &[y]).unwrap()[0];
+            let t = g.add_node("t", Op::Transpose { perm: Some(vec![2, 0, 3, 1, 4]) }, &[v]).unwrap()[0];
+            if form == 0 {
+                let parts = g.add_node("split", Op::Split { axis: 0, splits: vec![1, 1, 1] }, &[t]).unwrap();
+                parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| g.add_node(&format!("sq{i}"), Op::Squeeze { axes: Some(vec![0]) }, &[p]).unwrap()[0])
+                    .collect()
+            } else {
+                (0..3i64)
+                    .map(|i| {
+                        let idx = g.add_constant(&format!("i{i}"), DType::I64, [], i.to_le_bytes().to_vec()).unwrap();
+                        g.add_node(&format!("g{i}"), Op::Gather { axis: 0 }, &[t, idx]).unwrap()[0]
+                    })
+                    .collect()
+            }
+        };
+        for o in outs {
+            g.mark_output(o).unwrap();
+        }
+        graphs.push(g);
+    }
+    let mut g = ComputeGraph::new("cls_token");
+    let x = g.add_input("x", DType::F32, [2, 5, 8]).unwrap();
+    let gamma = g.add_weight("gamma", DType::F32, [8]).unwrap();
+    let ln = g.add_node("ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[x, gamma]).unwrap()[0];
+    let zero = g.add_constant("zero", DType::I64, [], 0i64.to_le_bytes().to_vec()).unwrap();
+    let cls = g.add_node("cls", Op::Gather { axis: 1 }, &[ln, zero]).unwrap()[0];
+    g.mark_output(cls).unwrap();
+    graphs.push(g);
+    let mut compiled = 0;
+    for g in &graphs {
+        let p = plan(g, 1);
+        // One kernel each: the selections are in the product's epilogue or in the row kernel.
+        assert_eq!(p.kernels().len(), 1, "{}\n{p}", g.name());
+        let sources = codegen::generate_all(&p).unwrap();
+        if g.name().starts_with("packed") {
+            assert!(sources[0].blas.first().is_some_and(|b| b.parts.is_some()), "{}: {:?}", g.name(), sources[0].blas);
+        }
+        compiled += compile_all(&format!("{test}/{}", g.name()), &p, &cache);
+    }
+    eprintln!("{test}: {compiled} kernels compiled");
+}
+
 #[test]
 fn model_families_compile() {
     let cache = CompileCache::from_env();

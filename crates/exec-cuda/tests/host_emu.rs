@@ -689,6 +689,38 @@ fn packed_parts_store_into_their_own_outputs() {
     }
 }
 
+/// Row selections (`caps.select_rows`): a ViT's class token after the final LayerNorm, and a row picked from the
+/// middle of a batch with a negative index, both written by the blocks of the selected rows of the row kernel,
+/// beside a full output of the same kernel. Against the reference plans.
+#[test]
+fn row_kernels_write_their_selected_rows() {
+    let mut g = ComputeGraph::new("cls_token");
+    let x = g.add_input("x", DType::F32, [2, 5, 8]).unwrap();
+    let gamma = g.add_weight("gamma", DType::F32, [8]).unwrap();
+    let beta = g.add_weight("beta", DType::F32, [8]).unwrap();
+    let r = node(&mut g, "relu", Op::Relu, &[x]);
+    let ln = node(&mut g, "ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[r, gamma, beta]);
+    let zero = g.add_constant("zero", DType::I64, [], 0i64.to_le_bytes().to_vec()).unwrap();
+    let cls = node(&mut g, "cls", Op::Gather { axis: 1 }, &[ln, zero]);
+    g.mark_output(cls).unwrap();
+    let mut h = ComputeGraph::new("picked_row");
+    let x = h.add_input("x", DType::F32, [3, 4, 6]).unwrap();
+    let sm = node(&mut h, "softmax", Op::Softmax { axis: -1 }, &[x]);
+    let last = h.add_constant("last", DType::I64, [], (-1i64).to_le_bytes().to_vec()).unwrap();
+    let pick = node(&mut h, "pick", Op::Gather { axis: 0 }, &[sm, last]);
+    h.mark_output(pick).unwrap();
+    h.mark_output(sm).unwrap();
+    let mut optimised = PlanOptions::with_streams(1);
+    optimised.fusion.caps = codegen::fusion_caps();
+    assert!(optimised.fusion.caps.select_rows);
+    let Some(runs) = differential("row_kernels_write_their_selected_rows", &[g, h], &optimised, 1e-5) else {
+        return;
+    };
+    for r in runs.iter().filter(|r| r.tag == "opt") {
+        assert_eq!(r.plan.kernels().len(), 1, "{}: the selection is in the row kernel\n{}", r.graph, r.plan);
+    }
+}
+
 #[test]
 fn mlp_runs_through_cublas_steps() {
     let g = synth::mlp(2, 8, 3).unwrap();

@@ -355,9 +355,9 @@ pub fn fusion_caps() -> FusionCaps {
         // (`selected_product`). A Gather's index must be a plan constant (`generate_all_with`); a selection the
         // store cannot place keeps the per-element product.
         select_epilogue: true,
-        // A row kernel that writes only selected rows (a class token after the final LayerNorm) is not generated
-        // (`reduce`): the selection runs after the row kernel.
-        select_rows: false,
+        // A row kernel writes a selection of its rows (a class token after the final LayerNorm) from the blocks of
+        // the selected rows (`reduce::RowSelection`); the index is read at run time.
+        select_rows: true,
         // Fused attention as a per-element kernel with an online softmax ([`attention`]); a body it cannot
         // express is `CudaError::Unsupported`, never a kernel.
         attention: true,

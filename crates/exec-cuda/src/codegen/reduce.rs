@@ -200,15 +200,24 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     let inline_load = |instr: &graph_plan::Instr, v: ValueId| {
         !written(v) && (moves(instr) || kernel.body.iter().filter(|i| i.inputs.contains(&v)).all(&moves))
     };
+    // Row selections (`FusionCaps::select_rows`): a written Gather at a scalar index along a row axis of a full
+    // row value with the rows last; the block of a selected row writes it ([`RowSelection`]).
+    let mut selections: Vec<RowSelection> = Vec::new();
     for instr in &kernel.body {
-        // A selection of rows the kernel computes (`select_epilogue`, off in this backend's caps) would have to be
-        // written by the blocks of the selected rows: not generated.
         let computed = |x: &ValueId| kernel.body.iter().any(|i| !moves(i) && i.outputs.contains(x));
         if moves(instr) && instr.outputs.iter().any(|&v| written(v)) && instr.inputs.first().is_some_and(computed) {
-            return Err(unsupported(
-                kernel,
-                format!("a selection of computed rows in a row kernel (node '{}')", instr.node),
-            ));
+            match row_selection(kernel, instr, &xs, &reduced)? {
+                Some(sel) => {
+                    selections.push(sel);
+                    continue;
+                }
+                None => {
+                    return Err(unsupported(
+                        kernel,
+                        format!("a selection of computed rows in a row kernel (node '{}')", instr.node),
+                    ))
+                }
+            }
         }
         for &v in &instr.outputs {
             if inline_load(instr, v) {
@@ -336,7 +345,7 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     let mut full = Vec::new();
     let mut row_writes = Vec::new();
     for (pi, p) in kernel.params.iter().enumerate() {
-        if p.access != Access::Write {
+        if p.access != Access::Write || selections.iter().any(|s| s.out == p.value) {
             continue;
         }
         let b = bufs.of_param[pi];
@@ -358,6 +367,32 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         }
         e.close();
     }
+    // Row selections: the block whose row has the selected coordinate writes its row of the selection, reading
+    // the Gather at its own index (which maps back to this block's row).
+    for sel in &selections {
+        let b = bufs.of_param[kernel
+            .params
+            .iter()
+            .position(|p| p.value == sel.out && p.access == Access::Write)
+            .ok_or_else(|| unsupported(kernel, "a row selection without a buffer"))?];
+        let d = value_checked(kernel, sel.out)?.dtype;
+        let index = e.at(sel.index, "0LL")?;
+        let at = e.def(
+            "long long",
+            "t",
+            &format!("((long long){index} < 0 ? (long long){index} + {}LL : (long long){index})", sel.extent),
+        );
+        let here = coord(&sel.row_dims, sel.axis, "r");
+        let out_row = e.def("long long", "t", &sel.out_row("r"));
+        e.open(&format!("if ({here} == {at})"));
+        let j = e.fresh("j");
+        e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
+        let i = e.def("long long", "i", &format!("{out_row} * {len}LL + {j}"));
+        let x = e.at(sel.out, &i)?;
+        e.line(&format!("b{b}[{i}] = {};", store(&x, d)));
+        e.close();
+        e.close();
+    }
     if !row_writes.is_empty() {
         e.open("if (threadIdx.x == 0)");
         for w in &row_writes {
@@ -368,6 +403,64 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     let body = std::mem::take(&mut e.out);
     let helpers = if integer { format!("{BLOCK_HELPERS}{BLOCK_HELPERS_I64}") } else { BLOCK_HELPERS.to_owned() };
     Ok(row_kernel_source(kernel, &bufs, &helpers, &body, rows))
+}
+
+/// A row selection of a fused row kernel: `out = Gather(x, index, axis)` with `x` a full row value whose rows are
+/// its leading dims (`row_dims`, the reduced axes last) and `axis` one of them.
+struct RowSelection {
+    out: ValueId,
+    index: ValueId,
+    axis: usize,
+    extent: usize,
+    row_dims: Vec<usize>,
+}
+
+impl RowSelection {
+    /// The row of `out` that row `r` of `x` is, when it is selected: its coordinates without `axis`.
+    fn out_row(&self, r: &str) -> String {
+        let mut terms = Vec::new();
+        let mut stride = 1usize;
+        for d in (0..self.row_dims.len()).rev() {
+            if d == self.axis {
+                continue;
+            }
+            if self.row_dims[d] > 1 {
+                let c = coord(&self.row_dims, d, r);
+                terms.push(if stride == 1 { c } else { format!("{c} * {stride}LL") });
+            }
+            stride *= self.row_dims[d];
+        }
+        join_or_zero(&terms)
+    }
+}
+
+/// `instr` as a [`RowSelection`] of a domain over `xs` reducing `reduced`, when it is one: a Gather of a value of
+/// the domain's full shape along a kept axis, the reduced axes the last ones, the index a scalar operand.
+fn row_selection(
+    kernel: &Kernel,
+    instr: &graph_plan::Instr,
+    xs: &[usize],
+    reduced: &[usize],
+) -> CudaResult<Option<RowSelection>> {
+    let Op::Gather { axis } = &instr.op else { return Ok(None) };
+    let (Some(&x), Some(&index), Some(&out)) = (instr.inputs.first(), instr.inputs.get(1), instr.outputs.first())
+    else {
+        return Ok(None);
+    };
+    let (xv, iv) = (value_checked(kernel, x)?, value_checked(kernel, index)?);
+    let rank = xs.len();
+    let a = if *axis < 0 { *axis + rank as i64 } else { *axis };
+    let Ok(a) = usize::try_from(a) else { return Ok(None) };
+    let rows_last = !reduced.is_empty() && reduced.iter().enumerate().all(|(i, &r)| r == rank - reduced.len() + i);
+    if xv.shape.dims() != xs
+        || iv.shape.numel() != Some(1)
+        || iv.dtype.is_float()
+        || !rows_last
+        || a >= rank - reduced.len()
+    {
+        return Ok(None);
+    }
+    Ok(Some(RowSelection { out, index, axis: a, extent: xs[a], row_dims: xs[..rank - reduced.len()].to_vec() }))
 }
 
 /// What one row kernel computes.
