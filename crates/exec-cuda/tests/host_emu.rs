@@ -710,10 +710,18 @@ fn row_kernels_write_their_selected_rows() {
     let pick = node(&mut h, "pick", Op::Gather { axis: 0 }, &[sm, last]);
     h.mark_output(pick).unwrap();
     h.mark_output(sm).unwrap();
+    // As many selected elements as rows (4 tokens of 4 features): the selection is still no per-row value.
+    let mut sq = ComputeGraph::new("square");
+    let x = sq.add_input("x", DType::F32, [2, 4, 4]).unwrap();
+    let gamma = sq.add_weight("gamma", DType::F32, [4]).unwrap();
+    let ln = node(&mut sq, "ln", Op::LayerNormalization { axis: -1, epsilon: 1e-5 }, &[x, gamma]);
+    let one = sq.add_constant("one", DType::I64, [], 1i64.to_le_bytes().to_vec()).unwrap();
+    let tok = node(&mut sq, "tok", Op::Gather { axis: 1 }, &[ln, one]);
+    sq.mark_output(tok).unwrap();
     let mut optimised = PlanOptions::with_streams(1);
     optimised.fusion.caps = codegen::fusion_caps();
     assert!(optimised.fusion.caps.select_rows);
-    let Some(runs) = differential("row_kernels_write_their_selected_rows", &[g, h], &optimised, 1e-5) else {
+    let Some(runs) = differential("row_kernels_write_their_selected_rows", &[g, h, sq], &optimised, 1e-5) else {
         return;
     };
     for r in runs.iter().filter(|r| r.tag == "opt") {

@@ -274,7 +274,7 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
         if !is_reduction(instr) {
             // Per-row values are computed once, as soon as the reductions they read are done.
             for &o in &instr.outputs {
-                if per_row(o)? && !inline_load(instr, o) {
+                if per_row(o)? && !inline_load(instr, o) && !selections.iter().any(|s| s.out == o) {
                     let name = e.at(o, "r")?;
                     e.rows.insert(o, RowValue::Scalar(name));
                 }
