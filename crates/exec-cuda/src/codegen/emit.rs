@@ -102,13 +102,13 @@ pub(crate) fn flit(f: f32) -> String {
 /// A product computed by cuBLAS before the kernel: the anchor output value, the buffer it was stored in (alpha
 /// applied, no C term) and that buffer's dtype, where each element lies there (`None`: at its own index; else
 /// its [`layout::Factors`], a permuted store), and with a selection epilogue the part factor's index in them and
-/// each part's buffer (the factors then place an element inside its part's buffer). The epilogue reads it instead
-/// of recomputing the product.
-pub(crate) type Stored = (ValueId, BufferRef, DType, Option<layout::Factors>, Option<(usize, Vec<Option<BufferRef>>)>);
+/// each selected part's index and buffer (the factors then place an element inside its part's buffer). The
+/// epilogue reads it instead of recomputing the product.
+pub(crate) type Stored = (ValueId, BufferRef, DType, Option<layout::Factors>, Option<(usize, Vec<(usize, BufferRef)>)>);
 
-/// A stored product as the emitter reads it: value, buffer index, placement, and the part factor with each part's
-/// buffer index.
-type StoredRead = (ValueId, usize, Option<layout::Factors>, Option<(usize, Vec<Option<usize>>)>);
+/// A stored product as the emitter reads it: value, buffer index, placement, and the part factor with each
+/// selected part's index and buffer index.
+type StoredRead = (ValueId, usize, Option<layout::Factors>, Option<(usize, Vec<(usize, usize)>)>);
 
 /// Generates a per-element kernel. `blas_out`: the anchor output value already computed by cuBLAS into a buffer
 /// of the given dtype (alpha applied, no C term), which the epilogue reads instead of recomputing the product.
@@ -140,16 +140,11 @@ fn generate_full(kernel: &Kernel, products: Vec<Stored>, chain: Option<attention
             None => None,
             Some((part, buffers)) => {
                 let mut idx = Vec::with_capacity(buffers.len());
-                for pb in buffers {
-                    idx.push(match pb {
-                        None => None,
-                        Some(pb) => match bufs.list.iter().position(|x| *x == pb) {
-                            Some(i) if bufs.dtype[i] == dtype => Some(i),
-                            _ => {
-                                return Err(unsupported(kernel, format!("part buffer {pb} is not a {dtype} output")));
-                            }
-                        },
-                    });
+                for (p, pb) in buffers {
+                    match bufs.list.iter().position(|x| *x == pb) {
+                        Some(i) if bufs.dtype[i] == dtype => idx.push((p, i)),
+                        _ => return Err(unsupported(kernel, format!("part buffer {pb} is not a {dtype} output"))),
+                    }
                 }
                 Some((part, idx))
             }
@@ -470,10 +465,8 @@ impl<'k> Emitter<'k> {
                     let extents: Vec<usize> = f.iter().map(|x| x.0).collect();
                     let which = self.def("long long", "t", &Self::coord(idx, &extents, part));
                     let mut expr = "0.0f".to_owned();
-                    for (pi, pb) in buffers.iter().enumerate().rev() {
-                        if let Some(pb) = pb {
-                            expr = format!("({which} == {pi}LL ? {} : {expr})", load(&format!("b{pb}"), &at, pd));
-                        }
+                    for (pi, pb) in buffers.iter().rev() {
+                        expr = format!("({which} == {pi}LL ? {} : {expr})", load(&format!("b{pb}"), &at, pd));
                     }
                     self.def("float", "v", &expr)
                 }

@@ -134,13 +134,14 @@ fn walk_back(kernel: &Kernel, steps: &[&graph_plan::Instr], mut factors: Factors
     Some(factors)
 }
 
-/// Most parts a selection epilogue may route a product to ([`Selected`]).
+/// Most selected parts a selection epilogue may route a product to ([`Selected`]); the selected axis itself may be
+/// longer (one class token of 197 rows).
 pub const MAX_PARTS: usize = 8;
 
 /// A product whose epilogue selects parts of one value (`FusionCaps::select_epilogue`): `T`, reached from the
 /// product by elementwise ops, views and Transposes, is read by one Split or by Gathers at constant scalar
-/// indices along one axis, each part then (through views and elementwise ops) a written value of its own, all of
-/// one shape. The product's placement: its [`Factors`] in a part's layout, the factor that walks the parts with
+/// indices along one axis, each part then (through views, elementwise ops and Transposes) a written value of its
+/// own, all placed alike. The product's placement: its [`Factors`] in a part's layout, the factor that walks the parts with
 /// stride 0 (each part is a buffer of its own).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Selected {
@@ -228,9 +229,6 @@ pub(crate) fn selected_outputs(
         }
         _ => return None,
     };
-    if parts > MAX_PARTS {
-        return None;
-    }
     // Each part: views, elementwise ops and Transposes to a written value; every part's selected value placed
     // alike in its own output (the factors of its index order in the output's layout).
     let mut ends: Vec<Option<ValueId>> = vec![None; parts];
@@ -397,10 +395,7 @@ impl Store {
         // A factor of stride 0 walks the parts of a selection epilogue (`Selected`): each part is a buffer of its
         // own, so it must be a loop of calls, never the matrix or the strided batch.
         let col = steps.iter().position(|s| s.axis == Axis::Col && s.linear == 1).filter(|&i| steps[i].c != 0)?;
-        let row = steps.iter().position(|s| s.axis == Axis::Row && s.linear == n);
-        if row.is_some_and(|r| steps[r].c == 0) {
-            return None;
-        }
+        let row = steps.iter().position(|s| s.axis == Axis::Row && s.linear == n && s.c != 0);
         let (d, d_stride) = (steps[col].extent, steps[col].c);
         let (rows, row_stride) = row.map_or((1, None), |r| (steps[r].extent, Some(steps[r].c)));
         let weight_first = if d_stride == 1 {
@@ -425,7 +420,8 @@ impl Store {
         if rest.len() > MAX_LOOPS {
             return None;
         }
-        let calls = rest.iter().try_fold(1usize, |acc, s| acc.checked_mul(s.extent))?;
+        // The part loop of a selection epilogue (output step 0) runs only its selected parts: not counted here.
+        let calls = rest.iter().filter(|s| s.c != 0).try_fold(1usize, |acc, s| acc.checked_mul(s.extent))?;
         if calls > MAX_CALLS {
             return None;
         }

@@ -106,13 +106,22 @@ pub struct BlasStep {
     pub parts: Option<Parts>,
 }
 
-/// The output buffer of each part of a selection epilogue ([`layout::Selected`]), by part index.
+/// The output buffer of each selected part of a selection epilogue ([`layout::Selected`]): the calls of the
+/// other parts are skipped (a class token of 197 rows computes one row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parts {
-    /// Buffers, `None` for a part nothing selects (its calls are skipped).
-    pub buffers: [Option<BufferRef>; layout::MAX_PARTS],
-    /// How many parts.
+    /// (part index, its output buffer), `count` used.
+    pub selected: [(usize, BufferRef); layout::MAX_PARTS],
+    /// How many parts are selected.
     pub count: usize,
+}
+
+impl Parts {
+    /// The buffer of part `p`, when it is selected.
+    #[must_use]
+    pub fn buffer(&self, p: usize) -> Option<BufferRef> {
+        self.selected[..self.count.min(layout::MAX_PARTS)].iter().find(|(i, _)| *i == p).map(|&(_, b)| b)
+    }
 }
 
 /// The activation of an [`LtEpilogue`] (`CUBLASLT_EPILOGUE_RELU*`, `CUBLASLT_EPILOGUE_GELU*`).
@@ -172,7 +181,7 @@ impl BlasStep {
             .into_iter()
             .filter_map(|(xo, wo, co, p)| {
                 let base = match self.parts {
-                    Some(parts) => parts.buffers.get(p).copied().flatten()?,
+                    Some(parts) => parts.buffer(p)?,
                     None => self.c,
                 };
                 let x = skip(self.a, xo.saturating_mul(ab));
@@ -892,21 +901,23 @@ fn selected_product(
         return Ok(None);
     };
     store.gemm.alpha = mm.alpha;
-    let mut buffers = [None; layout::MAX_PARTS];
-    for (slot, end) in buffers.iter_mut().zip(&sel.ends) {
-        *slot = match end {
-            Some(e) => Some(
-                kernel
-                    .param_of(*e, Access::Write)
-                    .ok_or_else(|| unsupported(kernel, format!("part {e} has no buffer")))?
-                    .buffer,
-            ),
-            None => None,
-        };
+    let mut picked: Vec<(usize, BufferRef)> = Vec::new();
+    for (p, end) in sel.ends.iter().enumerate() {
+        if let Some(e) = end {
+            let b = kernel
+                .param_of(*e, Access::Write)
+                .ok_or_else(|| unsupported(kernel, format!("part {e} has no buffer")))?;
+            picked.push((p, b.buffer));
+        }
     }
-    let Some(c) = buffers.iter().flatten().next().copied() else {
+    let Some(&(_, c)) = picked.first() else {
         return Ok(None);
     };
+    if picked.len() > layout::MAX_PARTS {
+        return Ok(None);
+    }
+    let mut selected = [(0, c); layout::MAX_PARTS];
+    selected[..picked.len()].copy_from_slice(&picked);
     let step = BlasStep {
         matmul: Matmul { types, ..mm },
         a: pa.buffer,
@@ -914,7 +925,7 @@ fn selected_product(
         c,
         store: Some(store),
         lt: None,
-        parts: Some(Parts { buffers, count: sel.ends.len() }),
+        parts: Some(Parts { selected, count: picked.len() }),
     };
     // Every part's calls in bounds; no part overlaps another or anything the kernel reads.
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
@@ -922,7 +933,7 @@ fn selected_product(
     if calls.is_empty() || calls.iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
     }
-    let outs: Vec<BufferRef> = buffers.iter().flatten().copied().collect();
+    let outs: Vec<BufferRef> = picked.iter().map(|&(_, b)| b).collect();
     for (i, o) in outs.iter().enumerate() {
         if kernel.params.iter().any(|p| p.access == Access::Read && p.buffer.overlaps(o))
             || outs[..i].iter().any(|q| q.overlaps(o))
@@ -934,7 +945,7 @@ fn selected_product(
     if sel.layout_only && !has_c && od == y.dtype {
         return Ok(Some(KernelSource::cublas_only(kernel, blas)));
     }
-    let read = (vy, c, od, Some(sel.factors), Some((sel.part, buffers[..sel.ends.len()].to_vec())));
+    let read = (vy, c, od, Some(sel.factors), Some((sel.part, picked)));
     let mut src = emit::generate_stored(kernel, vec![read])?;
     src.blas = blas;
     Ok(Some(src))
