@@ -605,8 +605,10 @@ fn packed_qkv_stores_every_part_through_cublas() {
 
 /// Selection epilogues (`caps.select_epilogue`, on in this backend's caps): a ViT's packed projection
 /// `[B,N,3E] -> [B,N,3,H,D] -> (2,0,3,1,4)` unbound by a Split + Squeezes or by Gathers at constant indices, the
-/// query scaled. cuBLAS stores each part into its own output (one pointer-array call over parts, heads and
-/// images) and one epilogue kernel adds the bias in place. Against the reference plans, at batch 1 and 2.
+/// query scaled; GPT-2's last-axis Split with each part's head split. cuBLAS stores each part into its own output
+/// (one pointer-array call over parts, heads and images) and one epilogue kernel adds the bias in place. A key
+/// placed unlike the other parts keeps the per-element product; one token of six is one row per image. Against
+/// the reference plans, at batch 1 and 2.
 #[test]
 fn packed_parts_store_into_their_own_outputs() {
     let vit = |batch: usize, gather: bool| {
