@@ -741,10 +741,18 @@ fn row_kernels_write_their_selected_rows() {
     let one = sq.add_constant("one", DType::I64, [], 1i64.to_le_bytes().to_vec()).unwrap();
     let tok = node(&mut sq, "tok", Op::Gather { axis: 1 }, &[ln, one]);
     sq.mark_output(tok).unwrap();
+    // A Softmax over a middle axis: the rows are not contiguous; one column selected along the last (kept) axis.
+    let mut mid = ComputeGraph::new("middle_axis");
+    let x = mid.add_input("x", DType::F32, [2, 5, 3]).unwrap();
+    let sm = node(&mut mid, "softmax", Op::Softmax { axis: 1 }, &[x]);
+    let one = mid.add_constant("one", DType::I64, [], 1i64.to_le_bytes().to_vec()).unwrap();
+    let col = node(&mut mid, "col", Op::Gather { axis: 2 }, &[sm, one]);
+    mid.mark_output(col).unwrap();
     let mut optimised = PlanOptions::with_streams(1);
     optimised.fusion.caps = codegen::fusion_caps();
     assert!(optimised.fusion.caps.select_rows);
-    let Some(runs) = differential("row_kernels_write_their_selected_rows", &[g, h, sq], &optimised, 1e-5) else {
+    let graphs = [g, h, sq, mid];
+    let Some(runs) = differential("row_kernels_write_their_selected_rows", &graphs, &optimised, 1e-5) else {
         return;
     };
     for r in runs.iter().filter(|r| r.tag == "opt") {

@@ -382,12 +382,13 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
             "t",
             &format!("((long long){index} < 0 ? (long long){index} + {}LL : (long long){index})", sel.extent),
         );
-        let here = coord(&sel.row_dims, sel.axis, "r");
-        let out_row = e.def("long long", "t", &sel.out_row("r"));
+        // The row's coordinate on the selected axis (a kept axis: the same for every element of the row).
+        let here = coord(&sel.dims, sel.axis, "base");
         e.open(&format!("if ({here} == {at})"));
         let j = e.fresh("j");
         e.open(&format!("for (long long {j} = threadIdx.x; {j} < {len}LL; {j} += blockDim.x)"));
-        let i = e.def("long long", "i", &format!("{out_row} * {len}LL + {j}"));
+        let iu = e.def("long long", "i", &format!("base + {}", off(&j)));
+        let i = e.def("long long", "i", &sel.out_index(&iu));
         let x = e.at(sel.out, &i)?;
         e.line(&format!("b{b}[{i}] = {};", store(&x, d)));
         e.close();
@@ -405,37 +406,37 @@ fn fused(kernel: &Kernel) -> CudaResult<KernelSource> {
     Ok(row_kernel_source(kernel, &bufs, &helpers, &body, rows))
 }
 
-/// A row selection of a fused row kernel: `out = Gather(x, index, axis)` with `x` a full row value whose rows are
-/// its leading dims (`row_dims`, the reduced axes last) and `axis` one of them.
+/// A row selection of a fused row kernel: `out = Gather(x, index, axis)` with `x` a full row value (`dims`, the
+/// domain's shape up to leading 1s, in the same linear order) and `axis` a kept axis of the domain.
 struct RowSelection {
     out: ValueId,
     index: ValueId,
     axis: usize,
     extent: usize,
-    row_dims: Vec<usize>,
+    dims: Vec<usize>,
 }
 
 impl RowSelection {
-    /// The row of `out` that row `r` of `x` is, when it is selected: its coordinates without `axis`.
-    fn out_row(&self, r: &str) -> String {
+    /// The index in `out` of element `iu` of `x` (on a selected row): its coordinates without `axis`.
+    fn out_index(&self, iu: &str) -> String {
         let mut terms = Vec::new();
         let mut stride = 1usize;
-        for d in (0..self.row_dims.len()).rev() {
+        for d in (0..self.dims.len()).rev() {
             if d == self.axis {
                 continue;
             }
-            if self.row_dims[d] > 1 {
-                let c = coord(&self.row_dims, d, r);
+            if self.dims[d] > 1 {
+                let c = coord(&self.dims, d, iu);
                 terms.push(if stride == 1 { c } else { format!("{c} * {stride}LL") });
             }
-            stride *= self.row_dims[d];
+            stride *= self.dims[d];
         }
         join_or_zero(&terms)
     }
 }
 
 /// `instr` as a [`RowSelection`] of a domain over `xs` reducing `reduced`, when it is one: a Gather of a value of
-/// the domain's full shape along a kept axis, the reduced axes the last ones, the index a scalar operand.
+/// the domain's full shape (up to leading 1s) along a kept axis, the index a scalar operand.
 fn row_selection(
     kernel: &Kernel,
     instr: &graph_plan::Instr,
@@ -448,19 +449,18 @@ fn row_selection(
         return Ok(None);
     };
     let (xv, iv) = (value_checked(kernel, x)?, value_checked(kernel, index)?);
-    let rank = xs.len();
+    let dims = xv.shape.dims();
+    let strip = |v: &[usize]| -> Vec<usize> { v.iter().copied().skip_while(|&e| e == 1).collect() };
+    let rank = dims.len();
     let a = if *axis < 0 { *axis + rank as i64 } else { *axis };
-    let Ok(a) = usize::try_from(a) else { return Ok(None) };
-    let rows_last = !reduced.is_empty() && reduced.iter().enumerate().all(|(i, &r)| r == rank - reduced.len() + i);
-    if xv.shape.dims() != xs
-        || iv.shape.numel() != Some(1)
-        || iv.dtype.is_float()
-        || !rows_last
-        || a >= rank - reduced.len()
-    {
+    let Some(a) = usize::try_from(a).ok().filter(|&a| a < rank) else { return Ok(None) };
+    // The same axis in the domain's dims (which may have other leading 1s): counted from the end.
+    let from_end = rank - a;
+    let kept = xs.len().checked_sub(from_end).is_some_and(|ax| !reduced.contains(&ax));
+    if strip(dims) != strip(xs) || iv.shape.numel() != Some(1) || iv.dtype.is_float() || !kept {
         return Ok(None);
     }
-    Ok(Some(RowSelection { out, index, axis: a, extent: xs[a], row_dims: xs[..rank - reduced.len()].to_vec() }))
+    Ok(Some(RowSelection { out, index, axis: a, extent: dims[a], dims: dims.to_vec() }))
 }
 
 /// What one row kernel computes.
