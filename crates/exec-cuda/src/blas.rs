@@ -1,5 +1,6 @@
-//! cuBLAS bound to one stream: GEMM (plain and strided-batched) in f32, or with f16/bf16 operands and f32
-//! compute, column-major as cuBLAS is, and the row-major MatMul/Gemm of ONNX mapped onto it.
+//! cuBLAS bound to one stream: GEMM (plain, strided-batched, or over arrays of operand addresses) in f32, or with
+//! f16/bf16 operands and f32 compute, column-major as cuBLAS is, and the row-major MatMul/Gemm of ONNX mapped onto
+//! it; and f32 cuBLASLt products with a bias, residual and activation epilogue ([`Blas::gemm_lt`]).
 //!
 //! Row-major `C = op(A) * op(B)` is column-major `C^T = op(B)^T * op(A)^T`: a row-major buffer read column-major
 //! is its transpose, so the call swaps the operands and the m/n sizes and keeps each operand's own transpose flag.

@@ -562,8 +562,9 @@ pub(crate) fn cublaslt_lib_present() -> bool {
     unsafe { lt_sys::is_culib_present() }
 }
 
-/// One f32 `cublasLtMatmul` (batch 1) with an epilogue: `D = act(alpha * op(A) op(B) + bias)`, D written over
-/// C's place (beta 0), column-major as [`GemmCall`].
+/// One f32 `cublasLtMatmul` (batch 1) with an epilogue: `D = act(alpha * op(A) op(B) + residual + bias)`, D at
+/// the call's `c` (the residual, when given, is cuBLASLt's C with beta 1; else C is D with beta 0), column-major
+/// as [`GemmCall`].
 pub(crate) struct LtCall {
     pub gemm: GemmCall,
     /// Device address of `m` f32 bias values (one per row of the column-major D), or 0 for none.
