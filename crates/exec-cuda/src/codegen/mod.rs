@@ -106,7 +106,7 @@ pub struct BlasStep {
     pub parts: Option<Parts>,
 }
 
-/// The output buffer of each selected part of a selection epilogue ([`layout::Selected`]): the calls of the
+/// The output buffer of each selected part of a selection epilogue (`layout::Selected`): the calls of the
 /// other parts are skipped (a class token of 197 rows computes one row).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Parts {
@@ -840,7 +840,7 @@ fn through_layout(kernel: &Kernel, prologue: &[graph_plan::Instr], v: ValueId) -
 }
 
 /// A MatMul or Gemm (neither operand transposed, the weight a matrix) whose epilogue selects parts of its result
-/// (`FusionCaps::select_epilogue`, [`layout::Selected`]): cuBLAS stores each part straight into its own output
+/// (`FusionCaps::select_epilogue`, `layout::Selected`): cuBLAS stores each part straight into its own output
 /// (the permuted store's part loop, [`Parts`]), and one epilogue kernel rewrites every output in place, reading
 /// the part it writes; no launch when nothing but layout follows. `None` when the operands, the epilogue or the
 /// placement do not allow it.
