@@ -283,6 +283,15 @@ fn data_type(t: GemmType) -> blas_sys::cudaDataType {
     }
 }
 
+/// cuBLAS's transpose flag.
+fn op(transposed: bool) -> blas_sys::cublasOperation_t {
+    if transposed {
+        blas_sys::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        blas_sys::cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
 /// Owns one cuBLAS handle, bound to one stream and one workspace for its whole life.
 ///
 /// Unlike cudarc's `CudaBlas`, whose Drop unwraps, a failed destroy here is logged, never a panic.
@@ -292,6 +301,13 @@ pub(crate) struct BlasHandle {
 }
 
 impl BlasHandle {
+    /// Makes the handle's context current on this thread (every call below needs it).
+    fn bind(&self) -> Result<(), (&'static str, CublasError)> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))
+    }
+
     /// Creates a handle on `stream` using `[workspace, workspace + workspace_bytes)` as its workspace.
     ///
     /// Preconditions: `cublas_lib_present()` was checked; the workspace lies in a live buffer that outlives the
@@ -341,16 +357,7 @@ impl BlasHandle {
     /// extent, from its leading dimension, stride, batch and element size, lies inside a live buffer, at an address
     /// aligned to its element size; dimensions and leading dimensions are positive and fit `c_int`.
     pub(crate) fn gemm(&self, call: &GemmCall) -> Result<(), (&'static str, CublasError)> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
-        let op = |t: bool| {
-            if t {
-                blas_sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                blas_sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
+        self.bind()?;
         if call.types != GemmTypes::F32 {
             return self.gemm_ex(call, op(call.trans_a), op(call.trans_b));
         }
@@ -495,16 +502,7 @@ impl BlasHandle {
         arrays: u64,
         count: c_int,
     ) -> Result<(), (&'static str, CublasError)> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|_| ("cuCtxSetCurrent", CublasError(blas_sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED)))?;
-        let op = |t: bool| {
-            if t {
-                blas_sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                blas_sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
+        self.bind()?;
         let (ab, c) = (data_type(call.types.ab), data_type(call.types.c));
         let alpha = (&call.alpha as *const f32).cast::<std::ffi::c_void>();
         let beta = (&call.beta as *const f32).cast::<std::ffi::c_void>();

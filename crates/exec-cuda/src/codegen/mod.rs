@@ -849,24 +849,9 @@ fn selected_product(
     first: &graph_plan::Instr,
     consts: &Constants,
 ) -> CudaResult<Option<KernelSource>> {
-    let (alpha, has_c) = match &first.op {
-        Op::MatMul => (1.0, false),
-        Op::Gemm { alpha, trans_a: false, trans_b: false, .. } => (*alpha, first.inputs.len() == 3),
-        _ => return Ok(None),
-    };
-    let (Some(&va), Some(&vb), Some(&vy)) = (first.inputs.first(), first.inputs.get(1), first.outputs.first()) else {
+    let Some(PlainProduct { alpha, has_c, vy, a, b, y, ab, pa, pb }) = plain_product(kernel, first)? else {
         return Ok(None);
     };
-    let (a, b, y) = (value_checked(kernel, va)?, value_checked(kernel, vb)?, value_checked(kernel, vy)?);
-    let Some(ab) = GemmType::of(a.dtype) else {
-        return Ok(None);
-    };
-    let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
-        return Ok(None);
-    };
-    if b.dtype != a.dtype || y.dtype != a.dtype {
-        return Ok(None);
-    }
     let index_of = |v: ValueId| kernel.param_of(v, Access::Read).and_then(|p| consts.get(&p.buffer).copied());
     let Some(sel) = layout::selected_outputs(kernel, vy, &index_of) else {
         return Ok(None);
@@ -920,8 +905,8 @@ fn selected_product(
     selected[..picked.len()].copy_from_slice(&picked);
     let step = BlasStep {
         matmul: Matmul { types, ..mm },
-        a: pa.buffer,
-        b: pb.buffer,
+        a: pa,
+        b: pb,
         c,
         store: Some(store),
         lt: None,
@@ -960,10 +945,23 @@ struct StoredProduct {
     bare: bool,
 }
 
-/// A MatMul or Gemm (neither operand transposed) stored by cuBLAS where its chain's output lives
-/// ([`layout::chain_output`]): permuted ([`layout::Store`]) or in order. `None` when the operands, the chain or
-/// the placement do not allow it.
-fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<StoredProduct>> {
+/// A MatMul or Gemm with neither operand transposed, both operands read from buffers of one float type that the
+/// product computes in: what [`stored_product`] and [`selected_product`] store through cuBLAS.
+struct PlainProduct<'k> {
+    alpha: f32,
+    /// A Gemm with a C term.
+    has_c: bool,
+    vy: ValueId,
+    a: &'k graph_plan::Value,
+    b: &'k graph_plan::Value,
+    y: &'k graph_plan::Value,
+    ab: GemmType,
+    pa: BufferRef,
+    pb: BufferRef,
+}
+
+/// `instr` as a [`PlainProduct`], or `None`.
+fn plain_product<'k>(kernel: &'k Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<PlainProduct<'k>>> {
     let (alpha, has_c) = match &instr.op {
         Op::MatMul => (1.0, false),
         Op::Gemm { alpha, trans_a: false, trans_b: false, .. } => (*alpha, instr.inputs.len() == 3),
@@ -979,6 +977,19 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
     let (Some(pa), Some(pb)) = (kernel.param_of(va, Access::Read), kernel.param_of(vb, Access::Read)) else {
         return Ok(None);
     };
+    if b.dtype != a.dtype || y.dtype != a.dtype {
+        return Ok(None);
+    }
+    Ok(Some(PlainProduct { alpha, has_c, vy, a, b, y, ab, pa: pa.buffer, pb: pb.buffer }))
+}
+
+/// A MatMul or Gemm (neither operand transposed) stored by cuBLAS where its chain's output lives
+/// ([`layout::chain_output`]): permuted ([`layout::Store`]) or in order. `None` when the operands, the chain or
+/// the placement do not allow it.
+fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Option<StoredProduct>> {
+    let Some(PlainProduct { alpha, has_c, vy, a, b, y, ab, pa, pb }) = plain_product(kernel, instr)? else {
+        return Ok(None);
+    };
     let (ad, bd, yd) = (a.shape.dims(), b.shape.dims(), y.shape.dims());
     let (Some(mm), Some(chain)) = (matmul_spec(ad, bd, yd, false, false, alpha), layout::chain_output(kernel, vy))
     else {
@@ -991,7 +1002,7 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
     // The product lands in the output's buffer: in the anchor's dtype, or in f32 (a half anchor cast to f32 at
     // the end; the epilogue rounds it to the anchor's dtype first, see `BlasStep`). A half Gemm with a C term
     // stores in f32 (one rounding, after the C term).
-    if b.dtype != a.dtype || y.dtype != a.dtype || (o.dtype != y.dtype && o.dtype != DType::F32) {
+    if o.dtype != y.dtype && o.dtype != DType::F32 {
         return Ok(None);
     }
     let Some(c_type) = GemmType::of(o.dtype) else {
@@ -1015,15 +1026,7 @@ fn stored_product(kernel: &Kernel, instr: &graph_plan::Instr) -> CudaResult<Opti
             Some(store)
         }
     };
-    let step = BlasStep {
-        matmul: Matmul { types, ..mm },
-        a: pa.buffer,
-        b: pb.buffer,
-        c: po.buffer,
-        store,
-        lt: None,
-        parts: None,
-    };
+    let step = BlasStep { matmul: Matmul { types, ..mm }, a: pa, b: pb, c: po.buffer, store, lt: None, parts: None };
     let fits = |r: BufferRef| usize::try_from(r.bytes).unwrap_or(usize::MAX);
     if step.calls().iter().any(|c| c.gemm.check(fits(c.a), fits(c.b), fits(c.c)).is_err()) {
         return Ok(None);
