@@ -14,7 +14,7 @@
 //! its current place); later units see the moved ones. Each revisit costs O(k log k) for the k units live with it
 //! (capped), plus bounded ancestor queries.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::ids::GroupId;
 use crate::interval::Interval;
@@ -144,13 +144,16 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     let mut by_start: Vec<usize> = (0..n).collect();
     by_start.sort_by_key(|&i| (units[i].live.start, i));
     let mut map = AddressMap::default();
-    // Units already swept that may still be live: (end, unit).
-    let mut active: BTreeSet<(u32, usize)> = BTreeSet::new();
+    // Units already swept that may still be live, `(end, unit)`, in no order: a unit whose end has passed
+    // stays until the next revisit (or the list doubling) drops it, since start steps only grow. Only the set
+    // of neighbours matters, not its order (their ranges are sorted by address below).
+    let mut active: Vec<(u32, usize)> = Vec::new();
+    let mut compacted = 0usize;
     let mut stats = PreferStats::default();
     let mut work_left = budget;
     // Offsets are sums of unit sizes: multiples of their common divisor (`sort_by_start` checks it).
     let grain = units.iter().fold(0u64, |g, u| crate::memory::pack::gcd(g, u.size));
-    let mut slots = Vec::new();
+    let (mut slots, mut taken) = (Vec::new(), Vec::new());
     let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writers: &[GroupId]| {
         occupants
@@ -159,28 +162,30 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     };
     for (k, &i) in by_start.iter().enumerate() {
         let Interval { start, end } = units[i].live;
-        while let Some(&(e, j)) = active.first() {
-            if e > start {
-                break;
-            }
-            active.remove(&(e, j));
+        if active.len() > 2 * compacted + 64 {
+            active.retain(|&(e, _)| e > start);
+            compacted = active.len();
         }
         let (size, writer) = (units[i].size, units[i].writers);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
         if work_left > 0 && adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
-            // Byte ranges of every unit live at the same time as this one.
-            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end).copied();
-            let neighbours: Vec<usize> = active.iter().map(|&(_, j)| j).chain(later).take(MAX_NEIGHBOURS + 1).collect();
-            work_left = work_left.saturating_sub(neighbours.len() as u64 + 1);
-            if neighbours.len() <= MAX_NEIGHBOURS {
-                let mut taken: Vec<(u64, u64)> =
-                    neighbours.iter().map(|&j| (units[j].offset, units[j].offset + units[j].size)).collect();
+            // Byte ranges of every unit live at the same time as this one: the active ones (dropping those that
+            // ended) and the later ones that start before it ends.
+            active.retain(|&(e, _)| e > start);
+            compacted = active.len();
+            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end);
+            let count = active.len() + later.clone().take(MAX_NEIGHBOURS + 1).count();
+            work_left = work_left.saturating_sub(count.min(MAX_NEIGHBOURS + 1) as u64 + 1);
+            if count <= MAX_NEIGHBOURS {
+                taken.clear();
+                let range = |j: usize| (units[j].offset, units[j].offset + units[j].size);
+                taken.extend(active.iter().map(|&(_, j)| range(j)).chain(later.map(|&j| range(j))));
                 crate::memory::pack::sort_by_start(&mut taken, grain, &mut slots);
                 let mut best: Option<(u64, u64)> = None; // (gap length, offset)
                 let mut cursor = 0u64;
                 let mut gaps = 0usize;
-                for (lo, hi) in taken.into_iter().chain(std::iter::once((height, height))) {
+                for &(lo, hi) in taken.iter().chain(std::iter::once(&(height, height))) {
                     if lo > cursor && lo - cursor >= size && gaps < MAX_GAPS {
                         gaps += 1;
                         let len = lo - cursor;
@@ -203,7 +208,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             }
         }
         map.occupy(units[i].offset, units[i].offset + size, i as u32, &mut scratch_d, &mut scratch_s);
-        active.insert((end, i));
+        active.push((end, i));
     }
     stats
 }
