@@ -95,7 +95,7 @@ impl Labels {
             }
             down[g as usize] = acc;
         }
-        let mut up = own.clone();
+        let mut up = vec![[0u64; LABEL_WORDS]; n];
         for &g in sequence {
             let mut acc = [0u64; LABEL_WORDS];
             for &p in &pred[g as usize] {
