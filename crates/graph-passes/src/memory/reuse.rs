@@ -145,10 +145,9 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     by_start.sort_by_key(|&i| (units[i].live.start, i));
     let mut map = AddressMap::default();
     // Units already swept that may still be live, `(end, unit)`, in no order: a unit whose end has passed
-    // stays until the next revisit (or the list doubling) drops it, since start steps only grow. Only the set
-    // of neighbours matters, not its order (their ranges are sorted by address below).
+    // stays until the next revisit drops it, since start steps only grow. Only the set of neighbours matters,
+    // not its order (their ranges are sorted by address below).
     let mut active: Vec<(u32, usize)> = Vec::new();
-    let mut compacted = 0usize;
     let mut stats = PreferStats::default();
     let mut work_left = budget;
     // Offsets are sums of unit sizes: multiples of their common divisor (`sort_by_start` checks it).
@@ -162,10 +161,6 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     };
     for (k, &i) in by_start.iter().enumerate() {
         let Interval { start, end } = units[i].live;
-        if active.len() > 2 * compacted + 64 {
-            active.retain(|&(e, _)| e > start);
-            compacted = active.len();
-        }
         let (size, writer) = (units[i].size, units[i].writers);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
         if work_left > 0 && adds_order(reach, units, &here, writer) {
@@ -173,14 +168,13 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             // Byte ranges of every unit live at the same time as this one: the active ones (dropping those that
             // ended) and the later ones that start before it ends.
             active.retain(|&(e, _)| e > start);
-            compacted = active.len();
             let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end);
-            let count = active.len() + later.clone().take(MAX_NEIGHBOURS + 1).count();
-            work_left = work_left.saturating_sub(count.min(MAX_NEIGHBOURS + 1) as u64 + 1);
-            if count <= MAX_NEIGHBOURS {
-                taken.clear();
-                let range = |j: usize| (units[j].offset, units[j].offset + units[j].size);
-                taken.extend(active.iter().map(|&(_, j)| range(j)).chain(later.map(|&j| range(j))));
+            let range = |j: usize| (units[j].offset, units[j].offset + units[j].size);
+            taken.clear();
+            taken
+                .extend(active.iter().map(|&(_, j)| range(j)).chain(later.map(|&j| range(j))).take(MAX_NEIGHBOURS + 1));
+            work_left = work_left.saturating_sub(taken.len() as u64 + 1);
+            if taken.len() <= MAX_NEIGHBOURS {
                 crate::memory::pack::sort_by_start(&mut taken, grain, &mut slots);
                 let mut best: Option<(u64, u64)> = None; // (gap length, offset)
                 let mut cursor = 0u64;
