@@ -18,7 +18,8 @@
 //! - **memory** (`graph_passes::memory`): graph, fusion, groups, target -> placements, pool, reuse edges;
 //! - **stream** (`graph_passes::stream`): graph, fusion, groups, memory, target -> streams and kept waits;
 //! - **lower** ([`crate::lower`]): graph, fusion, groups, memory, device -> kernels (programs, bindings) and the
-//!   external bindings;
+//!   external bindings; it reads nothing the stream pass decides, so a build of 256 groups or more runs the two
+//!   side by side on a multi-core machine (`stream_and_lower`);
 //! - **emit** ([`crate::emit`]): lowered kernels, memory, stream -> the steps in submission order (the one place
 //!   that turns synchronisation decisions into records and waits);
 //! - **report** ([`crate::report`]): the finished plan, the device and the group graph's edges -> `PlanStats`.
@@ -446,7 +447,7 @@ pub fn run_pipeline(graph: &ComputeGraph, opts: &PlanOptions, stop_after: Option
     Ok(r)
 }
 
-/// [`run_pipeline`] through the stream pass on a graph the caller gives up, for a precision other than the
+/// [`run_pipeline`] through the memory pass on a graph the caller gives up, for a precision other than the
 /// identity: the transform edits the graph in place (`precision::transform_owned`) instead of copying it.
 fn run_pipeline_owned(graph: ComputeGraph, opts: &PlanOptions) -> PlanResult<PipelineResult> {
     opts.validate()?;
@@ -458,7 +459,7 @@ fn run_pipeline_owned(graph: ComputeGraph, opts: &PlanOptions) -> PlanResult<Pip
     if let Some(input) = &input {
         crate::pass_checks::after_precision(input, &rewritten)?;
     }
-    let mut r = run_passes(&rewritten, opts, None, clock)?;
+    let mut r = run_passes(&rewritten, opts, Some(Pass::Memory), clock)?;
     r.rewritten = Some(rewritten);
     r.precision = Some(report);
     Ok(r)
@@ -560,10 +561,9 @@ fn run_passes(
     let Front { fusion, groups, memory, .. } = front;
     let memory = memory.ok_or_else(|| bug("pipeline", "memory plan missing"))?;
     if !stop(Pass::Memory) {
-        let sopts = StreamOptions::new(target.clone());
         let (s, estimates) = clock.run(Pass::Stream, || {
             let estimates = estimate::estimate_groups(graph, &fusion, &target.device);
-            (stream::analyse_estimated(&estimates, &groups, &memory, &sopts), estimates)
+            (stream_pass(&estimates, &groups, &memory, &target), estimates)
         });
         crate::pass_checks::after_stream(&s, fusion.groups.len(), target.streams)?;
         r.stream = Some(s);
@@ -574,6 +574,70 @@ fn run_passes(
     r.memory = Some(memory);
     r.pass_ms = clock.ms;
     Ok(r)
+}
+
+/// Each fused group's cost and launch estimate ([`PipelineResult::estimates`]).
+type Estimates = Vec<(OpCost, LaunchEstimate)>;
+
+/// The stream pass over the groups' estimates.
+fn stream_pass(
+    estimates: &[(OpCost, LaunchEstimate)],
+    groups: &GroupGraph,
+    memory: &MemoryPlan,
+    target: &Target,
+) -> StreamPlan {
+    stream::analyse_estimated(estimates, groups, memory, &StreamOptions::new(target.clone()))
+}
+
+/// Groups from which a build runs the stream pass on a thread of its own beside lowering (both need only the
+/// memory plan and the estimates). Below it the thread costs about what the overlap saves.
+const OVERLAP_GROUPS: usize = 256;
+
+/// Whether this machine runs two threads at once (asked once per process).
+fn parallel_machine() -> bool {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) > 1
+}
+
+/// The stream pass and lowering of a build, after the estimates they share. From [`OVERLAP_GROUPS`] groups on a
+/// machine with two or more cores, the stream pass runs on a scoped thread while this one lowers: lowering
+/// decides nothing the stream pass reads, nor the other way round, so the plan is the one the sequential order
+/// gives. Each pass's time is its own (`pass_ms` then adds up to more than the build's wall time).
+fn stream_and_lower(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    memory: &MemoryPlan,
+    target: &Target,
+    clock: &mut PassClock,
+) -> PlanResult<(StreamPlan, Estimates, crate::lower::Lowered)> {
+    let estimates = clock.run(Pass::Stream, || estimate::estimate_groups(graph, fusion, &target.device));
+    let stream = || timed(Pass::Stream, || stream_pass(&estimates, groups, memory, target));
+    let lower = || timed(Pass::Lower, || crate::lower::lower(graph, fusion, groups, memory, &estimates));
+    let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= OVERLAP_GROUPS && parallel_machine() {
+        let parent = tracing::Span::current();
+        std::thread::scope(|scope| {
+            let handle = scope.spawn(move || parent.in_scope(stream));
+            let lowered = lower();
+            (handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), lowered)
+        })
+    } else {
+        (stream(), lower())
+    };
+    clock.add(Pass::Stream, stream_ms);
+    crate::pass_checks::after_stream(&s, fusion.groups.len(), target.streams)?;
+    clock.add(Pass::Lower, lower_ms);
+    Ok((s, estimates, lowered?))
+}
+
+/// `f` under `pass`'s tracing span, with its wall time in milliseconds (for [`PassClock::add`]).
+fn timed<T>(pass: Pass, f: impl FnOnce() -> T) -> (T, f64) {
+    let _span = tracing::info_span!("pass", name = pass.name()).entered();
+    let t0 = Instant::now();
+    let out = f();
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(pass = pass.name(), ms, "pass done");
+    (out, ms)
 }
 
 /// A candidate order of memory-aware ordering: its front and its group-model bound.
@@ -681,8 +745,8 @@ impl ExecutionPlan {
     /// Build a plan with explicit options: the pipeline, then lowering, step emission and the report.
     pub fn build_with(graph: &ComputeGraph, opts: &PlanOptions) -> PlanResult<Self> {
         let _span = tracing::info_span!("build", graph = graph.name()).entered();
-        let r = run_pipeline(graph, &without_decisions(opts), None)?;
-        Self::finish(graph, &r)
+        let r = run_pipeline(graph, &without_decisions(opts), Some(Pass::Memory))?;
+        Self::complete(Some(graph), r)
     }
 
     /// [`ExecutionPlan::build_with`] on a graph the caller gives up (the CLI, which plans a graph it loaded and
@@ -694,16 +758,34 @@ impl ExecutionPlan {
         }
         let _span = tracing::info_span!("build", graph = graph.name()).entered();
         let r = run_pipeline_owned(graph, &without_decisions(opts))?;
-        let rewritten = r.rewritten.as_ref().ok_or_else(|| bug("pipeline", "the owned pipeline lost its graph"))?;
-        Self::finish(rewritten, &r)
+        // Every id of the result refers to the rewritten graph, which `complete` takes from the result itself.
+        Self::complete(None, r)
+    }
+
+    /// The rest of a build from a pipeline run through the memory pass, over the graph it planned (the result's
+    /// rewritten graph, or `input`): the stream pass and lowering (side by side where that pays,
+    /// [`stream_and_lower`]), then emission and the report.
+    fn complete(input: Option<&ComputeGraph>, mut r: PipelineResult) -> PlanResult<Self> {
+        let no_graph = || bug("pipeline", "a build's pipeline without the graph it planned");
+        let graph = r.rewritten.as_ref().or(input).ok_or_else(no_graph)?;
+        let (fusion, groups, mem) = match (&r.fusion, &r.groups, &r.memory) {
+            (Some(f), Some(g), Some(m)) => (f, g, m),
+            _ => return Err(bug("pipeline", "a build's pipeline stopped before the memory plan")),
+        };
+        let mut clock = PassClock { ms: std::mem::take(&mut r.pass_ms) };
+        let (stream, estimates, lowered) = stream_and_lower(graph, fusion, groups, mem, &r.target, &mut clock)?;
+        r.stream = Some(stream);
+        r.estimates = Some(estimates);
+        let graph = r.rewritten.as_ref().or(input).ok_or_else(no_graph)?;
+        Self::finish_lowered(graph, &r, lowered, clock)
     }
 
     /// Lower, emit and report a pipeline run through the stream pass — one a caller may have changed, e.g. with
     /// a stream plan made under other `StreamOptions` (every plan is still checked by `verify` in tests).
-    pub fn finish(graph: &ComputeGraph, r: &PipelineResult) -> PlanResult<Self> {
-        let graph = r.graph(graph);
-        let (fusion, groups, mem, streams) = match (&r.fusion, &r.groups, &r.memory, &r.stream) {
-            (Some(f), Some(g), Some(m), Some(s)) => (f, g, m, s),
+    pub fn finish(input: &ComputeGraph, r: &PipelineResult) -> PlanResult<Self> {
+        let graph = r.graph(input);
+        let (fusion, groups, mem) = match (&r.fusion, &r.groups, &r.memory, &r.stream) {
+            (Some(f), Some(g), Some(m), Some(_)) => (f, g, m),
             // A caller's mistake (a pipeline stopped early), not a planner bug.
             _ => {
                 return Err(PlanError::Graph(GraphError::InvalidOption {
@@ -718,6 +800,22 @@ impl ExecutionPlan {
             Some(e) => crate::lower::lower(graph, fusion, groups, mem, e),
             None => crate::lower::lower(graph, fusion, groups, mem, &estimate::estimate_groups(graph, fusion, device)),
         })?;
+        Self::finish_lowered(graph, r, lowered, clock)
+    }
+
+    /// Emit and report a pipeline run through the stream pass whose groups are lowered (`lowered`); `graph` is
+    /// the one it planned ([`PipelineResult::graph`]).
+    fn finish_lowered(
+        graph: &ComputeGraph,
+        r: &PipelineResult,
+        lowered: crate::lower::Lowered,
+        mut clock: PassClock,
+    ) -> PlanResult<Self> {
+        let (fusion, groups, mem, streams) = match (&r.fusion, &r.groups, &r.memory, &r.stream) {
+            (Some(f), Some(g), Some(m), Some(s)) => (f, g, m, s),
+            _ => return Err(bug("pipeline", "a lowered pipeline without its plans")),
+        };
+        let device = &r.target.device;
         let steps = clock.run(Pass::Emit, || crate::emit::emit(graph, fusion, mem, streams, &lowered))?;
         let mut plan = ExecutionPlan::assemble(graph, mem, streams, lowered, steps, device.clone());
         let facts = crate::report::Facts {

@@ -146,8 +146,12 @@ impl Pass<'_, '_> {
         }
     }
 
-    /// Record one verdict on every edge from group `a` to group `b`, walking the smaller side.
+    /// Record one verdict on every edge from group `a` to group `b`, walking the smaller side. Nothing without
+    /// decisions: the verdicts only become decisions (`finish`), so a plan build skips the walk.
     fn record_between(&mut self, a: u32, b: u32, v: Verdict) {
+        if !self.opts.decisions {
+            return;
+        }
         let d = self.d;
         let k = self.verdict(v);
         let mut edges = std::mem::take(&mut self.edges_scratch);
@@ -187,14 +191,20 @@ impl Pass<'_, '_> {
             }
             let first = self.groups.owner[cons[0] as usize];
             let v = if let Some(&other) = cons.iter().find(|&&c| self.groups.owner[c as usize] != first) {
-                let mut owners: Vec<u32> = cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
-                owners.sort_unstable();
-                owners.dedup();
+                // The number of kernels is for the decision's text only.
+                let kernels = if self.opts.decisions {
+                    let mut owners: Vec<u32> = cons.iter().map(|&c| self.groups.owner[c as usize]).collect();
+                    owners.sort_unstable();
+                    owners.dedup();
+                    owners.len()
+                } else {
+                    0
+                };
                 Verdict {
                     reason: Some(RejectReason::MultiConsumer),
                     phase: FusionPhase::Vertical,
                     score: 0,
-                    why: Some(Why::MultiConsumer { p, kernels: owners.len(), example: other }),
+                    why: Some(Why::MultiConsumer { p, kernels, example: other }),
                 }
             } else {
                 match self.try_join(p, first) {
@@ -401,9 +411,10 @@ impl Pass<'_, '_> {
         if !self.opts.decisions {
             // No decision records which rule refused (nor the score): the row rules, which need no merged
             // lists, go first, and most refused candidates of a branchy graph stop there. Same verdict.
-            self.groups.shaped_rows(d, caps, x, y, &merged).map_err(|(r, w)| (r, 0, w))?;
+            self.groups.shaped_rows(d, caps, x, y, &merged, false).map_err(|(r, w)| (r, 0, w))?;
         }
-        let score = self.model.score(d, &self.groups, x, y);
+        // The score only goes into the verdict (the candidates were ranked by their own).
+        let score = if self.opts.decisions { self.model.score(d, &self.groups, x, y) } else { 0 };
         let pv = self.groups.preview(d, x, y);
         self.groups.shaped(d, caps, x, y, &merged, &pv, !self.opts.decisions).map_err(|(r, w)| (r, score, w))?;
         let dag = self.dag.get_or_insert_with(|| Dag::new(d, &self.groups));

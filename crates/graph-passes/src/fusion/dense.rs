@@ -80,6 +80,15 @@ impl Csr {
     }
 }
 
+/// [`Dense::flags`] bit: a load (`rules::is_load`, a data-movement op a row kernel computes inline).
+pub(super) const LOAD: u8 = 1;
+/// [`Dense::flags`] bit: a Cast.
+pub(super) const CAST: u8 = 2;
+/// [`Dense::flags`] bit: a selection (`rules::is_selection`).
+pub(super) const SELECTION: u8 = 4;
+/// [`Dense::flags`] bit: a Gather.
+pub(super) const GATHER: u8 = 8;
+
 /// The graph as the fusion pass sees it.
 pub(super) struct Dense<'g> {
     pub graph: &'g ComputeGraph,
@@ -87,6 +96,9 @@ pub(super) struct Dense<'g> {
     pub ids: Vec<NodeId>,
     /// Category of each node.
     pub cat: Vec<OpCategory>,
+    /// What the row rules ask of each node's op ([`LOAD`], [`CAST`], [`SELECTION`], [`GATHER`]), read once
+    /// here: the rules ask it of the same nodes many times, and the graph's node table is far from the pass's.
+    pub flags: Vec<u8>,
     /// Tensor of each dense tensor index.
     pub tids: Vec<TensorId>,
     /// Alias root of each tensor (itself unless a view's output).
@@ -129,11 +141,14 @@ impl<'g> Dense<'g> {
             bytes.push(count.saturating_mul(tensor.dtype.size_bytes() as u64));
         }
         let mut cat = Vec::with_capacity(n);
+        let mut flags = Vec::with_capacity(n);
         let (mut in_off, mut in_data) = (Vec::with_capacity(n + 1), Vec::new());
         let (mut out_off, mut out_data) = (Vec::with_capacity(n + 1), Vec::new());
         for &id in &ids {
             let node = graph.node(id);
-            cat.push(node.op.category());
+            let c = node.op.category();
+            cat.push(c);
+            flags.push(op_flags(graph, node, c));
             in_off.push(in_data.len() as u32);
             in_data.extend(node.inputs.iter().map(|&t| tix[t]));
             out_off.push(out_data.len() as u32);
@@ -191,6 +206,7 @@ impl<'g> Dense<'g> {
             graph,
             ids,
             cat,
+            flags,
             tids,
             root,
             kprod,
@@ -209,6 +225,11 @@ impl<'g> Dense<'g> {
 
     pub fn len(&self) -> usize {
         self.ids.len()
+    }
+
+    /// Whether node `i`'s [`Dense::flags`] hold any of `bits`.
+    pub fn is(&self, i: u32, bits: u8) -> bool {
+        self.flags[i as usize] & bits != 0
     }
 
     pub fn op(&self, i: u32) -> &'g Op {
@@ -279,4 +300,29 @@ impl<'g> Dense<'g> {
     pub fn edges(&self, p: u32) -> std::ops::Range<usize> {
         self.succ.range(p)
     }
+}
+
+/// The [`Dense::flags`] of `node` (category `cat`).
+fn op_flags(graph: &ComputeGraph, node: &graph_ir::Node, cat: OpCategory) -> u8 {
+    let mut f = 0;
+    if cat == OpCategory::DataMovement && super::rules::is_load(&node.op) {
+        f |= LOAD;
+    }
+    match node.op {
+        Op::Cast { .. } => f |= CAST,
+        Op::Split { .. } => f |= SELECTION,
+        Op::Gather { .. } => {
+            f |= GATHER;
+            // A constant scalar index picks one slice.
+            let scalar_index = node.inputs.get(1).is_some_and(|&t| {
+                let tensor = graph.tensor(t);
+                tensor.role == TensorRole::Constant && tensor.shape.rank() == 0
+            });
+            if scalar_index {
+                f |= SELECTION;
+            }
+        }
+        _ => {}
+    }
+    f
 }

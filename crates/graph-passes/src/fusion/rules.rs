@@ -4,7 +4,7 @@
 use graph_ir::{Op, OpCategory};
 use std::collections::HashMap;
 
-use super::dense::{Dense, NONE};
+use super::dense::{Dense, CAST, GATHER, LOAD, NONE, SELECTION};
 use super::{FusionCaps, GroupKind, RejectReason, POOL_CHAIN_MAX_WINDOW};
 
 /// The specifics of a rejection (node and tensor positions), formatted by `text` when reported.
@@ -456,7 +456,7 @@ impl Groups {
                     || matches!(d.op(i), Op::Transpose { .. })
                     || is_selection(d, i),
                 selects: is_selection(d, i),
-                loads_only: cat != OpCategory::DataMovement || is_load(d.op(i)),
+                loads_only: cat != OpCategory::DataMovement || d.is(i, LOAD),
                 merged: false,
                 members: Vec::new(),
                 inputs: Vec::new(),
@@ -856,7 +856,7 @@ impl Groups {
                     }
                 }
             }
-            GroupKind::Reduction if !rows_checked => self.shaped_rows(d, caps, a, b, m)?,
+            GroupKind::Reduction if !rows_checked => self.shaped_rows(d, caps, a, b, m, true)?,
             _ => {}
         }
         Ok(())
@@ -864,7 +864,19 @@ impl Groups {
 
     /// The row rules of a merged reduction kernel (the part of [`Groups::shaped`] that needs no merged lists):
     /// every member maps onto the domain's rows, and data movement only loads from outside. Ok for other kinds.
-    pub fn shaped_rows(&self, d: &Dense<'_>, caps: &FusionCaps, a: u32, b: u32, m: &Merged) -> Result<(), Reject> {
+    ///
+    /// Without `reasons` only the verdict matters (a plan build records no decisions): the walk over the loads
+    /// goes first, since it is short and refuses most candidates of a graph with many loads (a Concat reading a
+    /// value the kernel computes). Either order refuses the same merges; only the rule named may differ.
+    pub fn shaped_rows(
+        &self,
+        d: &Dense<'_>,
+        caps: &FusionCaps,
+        a: u32,
+        b: u32,
+        m: &Merged,
+        reasons: bool,
+    ) -> Result<(), Reject> {
         if m.kind != GroupKind::Reduction {
             return Ok(());
         }
@@ -881,8 +893,12 @@ impl Groups {
             _ => b,
         };
         let inside = self.inside(a, b);
+        let moves = self.has_moves(d, a) || self.has_moves(d, b);
+        if moves && !reasons {
+            self.check_loads(d, dom, a, b, &inside)?;
+        }
         self.check_rows(d, caps, m.domain, dom, self.members(side), &inside)?;
-        if self.has_moves(d, a) || self.has_moves(d, b) {
+        if moves && reasons {
             self.check_loads(d, dom, a, b, &inside)?;
         }
         Ok(())
@@ -975,15 +991,13 @@ impl Groups {
         // computes, so the kernel computes it at whatever element the load asks for.
         let source = |p: u32| pure(d, inside, p);
         // A Cast whose result a load of the kernel reads: it must stay a `source`.
-        let feeds_load = |c: u32| {
-            matches!(d.op(c), Op::Cast { .. })
-                && d.outputs(c).iter().any(|&o| d.readers(o).iter().any(|&r| inside(r) && load(r)))
-        };
+        let feeds_load =
+            |c: u32| d.is(c, CAST) && d.outputs(c).iter().any(|&o| d.readers(o).iter().any(|&r| inside(r) && load(r)));
         for &m in members {
             match d.cat[m as usize] {
                 OpCategory::Reduction if self.node_domain[m as usize] == dom_id => {}
                 OpCategory::Elementwise => {}
-                OpCategory::DataMovement if is_load(d.op(m)) && d.outputs(m).len() == 1 => {}
+                OpCategory::DataMovement if d.is(m, LOAD) && d.outputs(m).len() == 1 => {}
                 _ => return reject(RejectReason::Pattern, Why::NotRowOp { node: m }),
             }
             if load(m) && selects(m) {
@@ -1063,8 +1077,8 @@ impl Groups {
     /// that is not reduced, read by nothing in the kernel (BERT's and a ViT's class token after the last
     /// LayerNorm). It picks whole rows: the blocks of the selected rows also write them to its output.
     fn row_selection(d: &Dense<'_>, dom: &Domain, m: u32, inside: &dyn Fn(u32) -> bool) -> bool {
-        is_selection(d, m)
-            && matches!(d.op(m), Op::Gather { .. })
+        d.is(m, SELECTION)
+            && d.is(m, GATHER)
             && Self::selected_axis(d, dom, m).is_some()
             && d.outputs(m).iter().all(|&o| d.readers(o).iter().all(|&c| !inside(c)))
     }
@@ -1088,12 +1102,7 @@ impl Groups {
     /// value (`Domain::broadcasts`), and no graph output.
     fn broadcast_load(d: &Dense<'_>, dom: &Domain, t: u32) -> bool {
         let p = d.prod[t as usize];
-        p != NONE
-            && d.root[t as usize] == t
-            && d.cat[p as usize] == OpCategory::DataMovement
-            && is_load(d.op(p))
-            && !d.is_output(t)
-            && dom.broadcasts(d.dims(t))
+        p != NONE && d.root[t as usize] == t && d.is(p, LOAD) && !d.is_output(t) && dom.broadcasts(d.dims(t))
     }
 
     /// An edge from the value `t` (a kernel-written tensor) to consumer `c`, inside a row kernel.
@@ -1161,9 +1170,7 @@ fn pool_chain(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32, chain: u32) -> O
 /// operands are tensors from outside the kernel or pure members' results. Its value depends on no row the kernel
 /// computes, so a load may read it at any element. (An explicit stack: chains of loads can be long.)
 fn pure(d: &Dense<'_>, inside: &dyn Fn(u32) -> bool, p: u32) -> bool {
-    let kind = |x: u32| {
-        (d.cat[x as usize] == OpCategory::DataMovement && is_load(d.op(x))) || matches!(d.op(x), Op::Cast { .. })
-    };
+    let kind = |x: u32| d.is(x, LOAD | CAST);
     let within = |t: &u32| {
         let q = d.kprod[*t as usize];
         (q != NONE && inside(q)).then_some(q)
@@ -1231,14 +1238,7 @@ pub(super) fn is_operand_layout(d: &Dense<'_>, p: u32, x: u32) -> bool {
 /// or a Split (`q, k, v = qkv.split(e, dim=-1)` of GPT-2's packed projection). It picks slices of its input, so
 /// in an anchor's epilogue it only routes parts of the result.
 pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
-    if matches!(d.op(i), Op::Split { .. }) {
-        return true;
-    }
-    matches!(d.op(i), Op::Gather { .. })
-        && d.inputs(i).get(1).is_some_and(|&t| {
-            let tensor = d.graph.tensor(d.tids[t as usize]);
-            tensor.role == graph_ir::TensorRole::Constant && tensor.shape.rank() == 0
-        })
+    d.is(i, SELECTION)
 }
 
 /// `Ok` when anchors `x` and `y` are sibling products that may share a kernel (`FusionCaps::horizontal_gemm`):
