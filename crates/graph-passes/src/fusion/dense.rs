@@ -109,8 +109,12 @@ pub(super) struct Dense<'g> {
     pub prod: Vec<u32>,
     pub bytes: Vec<u64>,
     pub numel: Vec<u64>,
-    /// Per alias root: the root or a view of it is a graph output.
-    pub output: Vec<bool>,
+    /// Per tensor: it, or its alias root or a view of that, is a graph output ([`Dense::is_output`]).
+    output: Vec<bool>,
+    /// Per tensor: its extents, `dim_data[dim_off[t]..dim_off[t + 1]]` (read here, not in the graph's tensor
+    /// table, by the row rules that ask for them many times).
+    dim_off: Vec<u32>,
+    dim_data: Vec<usize>,
     /// Per alias root: non-view nodes reading it or a view of it, ascending.
     readers: Csr,
     /// Per node: its inputs (tensor indices, op order) and outputs.
@@ -133,13 +137,19 @@ impl<'g> Dense<'g> {
         let mut tids = Vec::with_capacity(nt);
         let mut bytes = Vec::with_capacity(nt);
         let mut numel = Vec::with_capacity(nt);
+        let mut role_output = Vec::with_capacity(nt);
+        let (mut dim_off, mut dim_data) = (Vec::with_capacity(nt + 1), Vec::with_capacity(nt * 4));
         for (t, tensor) in graph.tensors() {
             tix.insert(t, tids.len() as u32);
             tids.push(t);
             let count = tensor.shape.numel().map_or(u64::MAX, |v| v as u64);
             numel.push(count);
             bytes.push(count.saturating_mul(tensor.dtype.size_bytes() as u64));
+            role_output.push(tensor.role == TensorRole::Output);
+            dim_off.push(dim_data.len() as u32);
+            dim_data.extend_from_slice(tensor.shape.dims());
         }
+        dim_off.push(dim_data.len() as u32);
         let mut cat = Vec::with_capacity(n);
         let mut flags = Vec::with_capacity(n);
         let (mut in_off, mut in_data) = (Vec::with_capacity(n + 1), Vec::new());
@@ -176,9 +186,9 @@ impl<'g> Dense<'g> {
                 }
             }
         }
-        let mut output = vec![false; nt];
+        let mut root_output = vec![false; nt];
         for &o in graph.outputs() {
-            output[root[tix[o] as usize] as usize] = true;
+            root_output[root[tix[o] as usize] as usize] = true;
         }
         // Readers per root and consumers per node, both filled in ascending node order.
         let reads = || {
@@ -197,11 +207,12 @@ impl<'g> Dense<'g> {
         let esc = Csr::build(n, |i, v| {
             for &t in outs.row(i) {
                 let r = root[t as usize];
-                if (output[r as usize] || !readers.row(r).is_empty()) && !v.ends_with(&[t]) {
+                if (root_output[r as usize] || !readers.row(r).is_empty()) && !v.ends_with(&[t]) {
                     v.push(t);
                 }
             }
         });
+        let output = (0..nt).map(|t| root_output[root[t] as usize] || role_output[t]).collect();
         Dense {
             graph,
             ids,
@@ -214,6 +225,8 @@ impl<'g> Dense<'g> {
             bytes,
             numel,
             output,
+            dim_off,
+            dim_data,
             readers,
             ins,
             outs,
@@ -244,8 +257,8 @@ impl<'g> Dense<'g> {
         &self.graph.tensor(self.tids[t as usize]).name
     }
 
-    pub fn dims(&self, t: u32) -> &'g [usize] {
-        self.graph.tensor(self.tids[t as usize]).shape.dims()
+    pub fn dims(&self, t: u32) -> &[usize] {
+        &self.dim_data[self.dim_off[t as usize] as usize..self.dim_off[t as usize + 1] as usize]
     }
 
     /// Inputs of node `i` in op order.
@@ -278,8 +291,7 @@ impl<'g> Dense<'g> {
 
     /// True when `t` or a view of its root is a graph output.
     pub fn is_output(&self, t: u32) -> bool {
-        self.output[self.root[t as usize] as usize]
-            || self.graph.tensor(self.tids[t as usize]).role == TensorRole::Output
+        self.output[t as usize]
     }
 
     /// Consumers of node `i` (edge ids `succ_base(i)..`).
