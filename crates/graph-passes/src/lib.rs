@@ -32,3 +32,15 @@ pub use error::{InternalError, PlanError, PlanResult};
 pub use group_graph::GroupGraph;
 pub use ids::{BufferId, GroupId, StreamId, UnitId};
 pub use interval::Interval;
+
+/// Whether planning may split independent work across threads: the machine runs two threads at once (asked
+/// once per process) and `RAYON_NUM_THREADS` (rayon's own setting, which the large plans' parallel loops obey)
+/// does not say 1. The passes that split work across scoped threads (the stream pass's candidates, a build's
+/// stream pass beside lowering) do so only then; their plans are the same either way.
+pub fn multi_core() -> bool {
+    static CORES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        let one = std::env::var("RAYON_NUM_THREADS").is_ok_and(|v| v.trim() == "1");
+        !one && std::thread::available_parallelism().map_or(1, |n| n.get()) > 1
+    })
+}

@@ -18,8 +18,8 @@
 //! - **memory** (`graph_passes::memory`): graph, fusion, groups, target -> placements, pool, reuse edges;
 //! - **stream** (`graph_passes::stream`): graph, fusion, groups, memory, target -> streams and kept waits;
 //! - **lower** ([`crate::lower`]): graph, fusion, groups, memory, device -> kernels (programs, bindings) and the
-//!   external bindings; it reads nothing the stream pass decides, so a build of 256 groups or more runs the two
-//!   side by side on a multi-core machine (`stream_and_lower`);
+//!   external bindings; it reads nothing the stream pass decides, so a large enough build runs the two side by
+//!   side on a multi-core machine (`stream_and_lower`);
 //! - **emit** ([`crate::emit`]): lowered kernels, memory, stream -> the steps in submission order (the one place
 //!   that turns synchronisation decisions into records and waits);
 //! - **report** ([`crate::report`]): the finished plan, the device and the group graph's edges -> `PlanStats`.
@@ -590,17 +590,15 @@ fn stream_pass(
 }
 
 /// Groups from which a build runs the stream pass on a thread of its own beside lowering (both need only the
-/// memory plan and the estimates). Below it the thread costs about what the overlap saves.
+/// memory plan and the estimates), and from which it does so with one stream, whose pass finishes a single
+/// candidate (about 1 us a group against lowering's 2-4). A thread costs 0.05-0.2 ms to start and join (the
+/// second figure on this project's 2-core VMs), which the overlap must repay.
 const OVERLAP_GROUPS: usize = 256;
+const OVERLAP_GROUPS_ONE_STREAM: usize = 1024;
 
-/// Whether this machine runs two threads at once (asked once per process).
-fn parallel_machine() -> bool {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get())) > 1
-}
-
-/// The stream pass and lowering of a build, after the estimates they share. From [`OVERLAP_GROUPS`] groups on a
-/// machine with two or more cores, the stream pass runs on a scoped thread while this one lowers: lowering
+/// The stream pass and lowering of a build, after the estimates they share. From [`OVERLAP_GROUPS`] groups
+/// ([`OVERLAP_GROUPS_ONE_STREAM`] with one stream) on a machine with two or more cores, the stream pass runs on a
+/// scoped thread while this one lowers: lowering
 /// decides nothing the stream pass reads, nor the other way round, so the plan is the one the sequential order
 /// gives. Each pass's time is its own (`pass_ms` then adds up to more than the build's wall time).
 fn stream_and_lower(
@@ -614,7 +612,8 @@ fn stream_and_lower(
     let estimates = clock.run(Pass::Stream, || estimate::estimate_groups(graph, fusion, &target.device));
     let stream = || timed(Pass::Stream, || stream_pass(&estimates, groups, memory, target));
     let lower = || timed(Pass::Lower, || crate::lower::lower(graph, fusion, groups, memory, &estimates));
-    let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= OVERLAP_GROUPS && parallel_machine() {
+    let at_least = if target.streams > 1 { OVERLAP_GROUPS } else { OVERLAP_GROUPS_ONE_STREAM };
+    let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= at_least && graph_passes::multi_core() {
         let parent = tracing::Span::current();
         std::thread::scope(|scope| {
             let handle = scope.spawn(move || parent.in_scope(stream));

@@ -262,6 +262,12 @@ struct Candidate {
 
 /// [`assign`] over compressed rows (row `g`: distinct predecessors of `g`, all `< g`).
 pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOptions) -> StreamPlan {
+    assign_split(full, time_us, occupancy, opts, crate::multi_core())
+}
+
+/// [`assign_csr`], generating the smaller stream counts' candidates on a scoped thread when `split` allows
+/// (and the graph is large enough to repay it); the plan is the same either way.
+fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOptions, split: bool) -> StreamPlan {
     let n = full.len();
     if n == 0 {
         return StreamPlan { num_streams: 1, exact_reduction: true, ..Default::default() };
@@ -300,61 +306,75 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
             prev[v as usize] = u as u32;
         }
     }
-    let mut candidates: Vec<Candidate> = Vec::new();
+    let single = |c: Candidate| finish(full, &reduced, &c, window, chains.chains.len());
     if k == 1 {
-        candidates.push(Candidate { stream_of: vec![0; n], order: None });
-    } else if chains.chains.len() <= k {
+        return single(Candidate { stream_of: vec![0; n], order: None });
+    }
+    if chains.chains.len() <= k {
         // Nimble: a stream per chain; every group can start as soon as its predecessors end.
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
         // With enough streams, Nimble's guarantees hold: unordered groups never share a stream (maximum logical
         // concurrency) and the cross-stream edges are the fewest any chain cover leaves.
-        candidates.push(Candidate { stream_of: by_chain(&ids), order: None });
+        return single(Candidate { stream_of: by_chain(&ids), order: None });
+    }
+    // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule is
+    // monotone in the stream count (more concurrent launches can slow the critical path when they share the
+    // device). Large graphs try the schedules with k streams only.
+    let small = chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k;
+    let mut counts = vec![k];
+    while small && counts[counts.len() - 1] >= 4 {
+        counts.push(counts[counts.len() - 1] / 2);
+    }
+    // The candidates for `kk` streams, each finished and simulated: (plan, makespan, waits).
+    let candidates_for = |kk: usize| -> Vec<(StreamPlan, f64, usize)> {
+        let mut cs: Vec<Candidate> = Vec::new();
+        if small {
+            let _s = tracing::debug_span!("merge").entered();
+            let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
+            let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
+            if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
+                refine(&mut merged, &chains.chains, &chains.chain_of, &reduced, &time, &occ, &top, &bottom, kk);
+            }
+            cs.push(Candidate { stream_of: by_chain(&merged), order: None });
+        }
+        let _s = tracing::debug_span!("schedule").entered();
+        cs.push(Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None });
+        // A list schedule's start order is a submission order of its own; kept only when reordering is allowed,
+        // otherwise its stream choice runs in group order.
+        let keep = |order: Vec<u32>| if opts.reorder { Some(order) } else { None };
+        let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, Some(&occ));
+        let blocked = aware.blocked;
+        cs.push(Candidate { stream_of: aware.stream_of, order: keep(aware.order) });
+        if blocked {
+            let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
+            cs.push(Candidate { stream_of: greedy.stream_of, order: keep(greedy.order) });
+        }
+        cs.into_iter()
+            .map(|c| {
+                let plan = finish(full, &reduced, &c, window, chains.chains.len());
+                let tasks = plan.ordered_tasks(&time, &occ);
+                let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
+                let waits = plan.syncs.len();
+                (plan, makespan, waits)
+            })
+            .collect()
+    };
+    // The stream counts' candidates are independent: from PARALLEL_GROUPS groups on a multi-core machine, the
+    // smaller counts run on a scoped thread while this one does `k` (the largest share: its refinement tries the
+    // most moves). The candidates keep their order, so the choice below is the sequential one.
+    let evaluated: Vec<(StreamPlan, f64, usize)> = if split && counts.len() > 1 && n >= PARALLEL_GROUPS {
+        std::thread::scope(|scope| {
+            let rest = scope.spawn(|| counts[1..].iter().flat_map(|&kk| candidates_for(kk)).collect::<Vec<_>>());
+            let mut first = candidates_for(k);
+            first.extend(rest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+            first
+        })
     } else {
-        // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule
-        // is monotone in the stream count (more concurrent launches can slow the critical path when they
-        // share the device). Large graphs try the schedules with k streams only.
-        let small = chains.chains.len() <= MERGE_CHAINS_PER_STREAM * k;
-        let mut kk = k;
-        while kk >= 2 {
-            if small {
-                let _s = tracing::debug_span!("merge").entered();
-                let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
-                let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
-                if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
-                    refine(&mut merged, &chains.chains, &chains.chain_of, &reduced, &time, &occ, &top, &bottom, kk);
-                }
-                candidates.push(Candidate { stream_of: by_chain(&merged), order: None });
-            }
-            let _s = tracing::debug_span!("schedule").entered();
-            candidates.push(Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None });
-            // A list schedule's start order is a submission order of its own; kept only when reordering is
-            // allowed, otherwise its stream choice runs in group order.
-            let keep = |order: Vec<u32>| if opts.reorder { Some(order) } else { None };
-            let aware = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, Some(&occ));
-            let blocked = aware.blocked;
-            candidates.push(Candidate { stream_of: aware.stream_of, order: keep(aware.order) });
-            if blocked {
-                let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
-                candidates.push(Candidate { stream_of: greedy.stream_of, order: keep(greedy.order) });
-            }
-            if !small {
-                break;
-            }
-            kk /= 2;
-        }
-    }
+        counts.iter().flat_map(|&kk| candidates_for(kk)).collect()
+    };
     // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
-    if candidates.len() == 1 {
-        if let Some(c) = candidates.pop() {
-            return finish(full, &reduced, &c, window, chains.chains.len());
-        }
-    }
     let mut best: Option<(f64, usize, StreamPlan)> = None;
-    for c in candidates {
-        let plan = finish(full, &reduced, &c, window, chains.chains.len());
-        let tasks = plan.ordered_tasks(&time, &occ);
-        let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
-        let waits = plan.syncs.len();
+    for (plan, makespan, waits) in evaluated {
         let better = match &best {
             None => true,
             Some((m, w, _)) => makespan < m * (1.0 - 1e-9) || (makespan <= m * (1.0 + 1e-9) && waits < *w),
@@ -365,6 +385,10 @@ pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamO
     }
     best.map(|b| b.2).unwrap_or_default()
 }
+
+/// Groups from which the stream pass generates the candidates of its smaller stream counts on a thread of its
+/// own (random_dag, 1k nodes, 277 groups at 4 streams: about 1.0 ms for 4 streams and 0.7 ms for 2).
+const PARALLEL_GROUPS: usize = 256;
 
 /// Most `chains x streams x groups` for which the chain merge is refined by simulation (each move costs one
 /// simulation of every group), at the default effort (a tenth at `fast`, ten times at `max`).
@@ -673,6 +697,46 @@ mod tests {
                 prop_assert!(got >= limit && got <= exact);
             }
         }
+    }
+
+    /// The stream pass gives the same plan with the smaller stream counts' candidates on their own thread as
+    /// without, on random DAGs large enough for the split (and with few enough chains to try every count).
+    #[test]
+    fn candidates_on_a_second_thread_give_the_same_plan() {
+        let mut rng = crate::test_rng::XorShift::new(0x5EED_0F57_12EA_0001);
+        let mut split = 0;
+        for round in 0..6 {
+            let n = PARALLEL_GROUPS + rng.below(200) as usize;
+            let rows: Vec<Vec<u32>> = (0..n)
+                .map(|g| {
+                    // Mostly near predecessors (long chains, few of them), now and then a far one.
+                    let mut r: Vec<u32> = (0..1 + rng.below(2))
+                        .filter(|_| g > 0)
+                        .map(|_| {
+                            let back = if rng.below(5) == 0 { rng.below(g as u64) } else { rng.below(3.min(g as u64)) };
+                            (g as u64 - 1 - back) as u32
+                        })
+                        .collect();
+                    r.sort_unstable();
+                    r.dedup();
+                    r
+                })
+                .collect();
+            let full = Csr::from_rows(&rows);
+            let time: Vec<f64> = (0..n).map(|_| 1.0 + rng.below(100) as f64 / 7.0).collect();
+            let occ: Vec<f64> = (0..n).map(|_| (1 + rng.below(10)) as f64 / 10.0).collect();
+            for k in [2, 3, 4, 8] {
+                let opts = StreamOptions::new(crate::target::Target::new(k, Default::default()));
+                let one = assign_split(&full, &time, &occ, &opts, false);
+                let two = assign_split(&full, &time, &occ, &opts, true);
+                let key = |p: &StreamPlan| serde_json::to_string(p).unwrap_or_default();
+                assert_eq!(key(&one), key(&two), "round {round}, {k} streams, {} chains", one.chains);
+                if k >= 4 && one.chains > k && one.chains <= MERGE_CHAINS_PER_STREAM * k {
+                    split += 1;
+                }
+            }
+        }
+        assert!(split >= 6, "only {split} cases tried several stream counts");
     }
 
     #[test]
