@@ -340,14 +340,15 @@ fn check(
         if family_has_output(graph, t) {
             return bad(format!("a view of input '{}' is a graph output", tensor.name));
         }
-        if family_readers(graph, t).iter().all(|&r| r == n) && !rooted_in_compute(graph, p) {
+        let readers = family_readers(graph, t);
+        if readers.iter().all(|&r| r == n) && !rooted_in_compute(graph, p) {
             return bad(format!(
                 "input '{}' is read only here and computed from graph sources by loop ops only: its producer \
                  joins the Concat's kernel, and eliminating the Concat would launch it alone",
                 tensor.name
             ));
         }
-        if let Some(r) = family_readers(graph, t).into_iter().find(|&r| r != n && pos(r) > last_read) {
+        if let Some(r) = readers.into_iter().find(|&r| r != n && pos(r) > last_read) {
             return bad(format!(
                 "input '{}' is read by '{}' after the output's last reader (the whole output would stay live)",
                 tensor.name,
@@ -382,11 +383,13 @@ fn check(
 fn rooted_in_compute(graph: &ComputeGraph, p: NodeId) -> bool {
     use graph_ir::OpCategory;
     let mut stack = vec![p];
-    let mut seen: HashSet<NodeId> = HashSet::new();
+    // At most 65 entries: a scan beats hashing.
+    let mut seen: Vec<NodeId> = Vec::new();
     while let Some(n) = stack.pop() {
-        if !seen.insert(n) {
+        if seen.contains(&n) {
             continue;
         }
+        seen.push(n);
         if seen.len() > 64 {
             return false;
         }
