@@ -132,10 +132,12 @@ fn lower_group(
     mem: &MemoryPlan,
     (cost, estimate): (OpCost, LaunchEstimate),
 ) -> PlanResult<Kernel> {
-    let mut values: Vec<Value> = Vec::new();
+    // Every value is a group input or a member's output: sized once, not grown.
+    let most = g.inputs.len() + g.nodes.iter().map(|&n| graph.node(n).outputs.len()).sum::<usize>();
+    let mut values: Vec<Value> = Vec::with_capacity(most);
     // Value of each tensor seen so far: most kernels have a handful, so a scan beats hashing; the map takes
     // over in a large kernel so that lowering stays linear.
-    let mut seen: Vec<TensorId> = Vec::new();
+    let mut seen: Vec<TensorId> = Vec::with_capacity(most);
     let mut index: HashMap<TensorId, ValueId> = HashMap::new();
     let mut value_of = |t: TensorId, values: &mut Vec<Value>| -> ValueId {
         if seen.len() <= SCAN_VALUES {

@@ -291,11 +291,12 @@ pub fn markdown(r: &Report) -> String {
         s,
         "Compile time is the time of `ExecutionPlan::build_with` (all passes, {} streams, H200 profile) through \
          the library in a release build: the median of repeated runs after one warm-up run (a single run when \
-         one run is long). Times are **on-CPU time** of the process (`CLOCK_PROCESS_CPUTIME_ID`; the \
-         compile runs on one thread up to 16,384 kernels, and lowering and the report take a second thread \
-         above that, where on-CPU time exceeds wall time), which equals wall time on an idle machine below \
-         that size; this machine is shared, so wall times (given beside the targets and in `report.json`) \
-         include waiting for a core. Per-pass times come from the \
+         one run is long). Times are **on-CPU time** of the process (`CLOCK_PROCESS_CPUTIME_ID`, every \
+         thread's: the stream pass runs beside lowering from 256 fused groups with several streams and from \
+         1,024 with one, the stream pass's smaller stream counts beside its largest from 256 groups, and \
+         lowering and the report split across threads from 16,384 kernels, so on-CPU time exceeds wall time \
+         there, and equals it on an idle machine below); this machine is shared, so wall times (given beside \
+         the targets and in `report.json`) include waiting for a core. Per-pass times come from the \
          pipeline's `pass` tracing spans. Makespans are exec-sim's timing model (the shared \
          evaluator `graph_plan::timing`, CUDA-graph launch overhead) over the plan's steps.\n",
         r.streams
