@@ -589,18 +589,19 @@ fn stream_pass(
     stream::analyse_estimated(estimates, groups, memory, &StreamOptions::new(target.clone()))
 }
 
-/// Groups from which a build runs the stream pass on a thread of its own beside lowering (both need only the
-/// memory plan and the estimates), and from which it does so with one stream, whose pass finishes a single
-/// candidate (about 1 us a group against lowering's 2-4). A thread costs 0.05-0.2 ms to start and join (the
-/// second figure on this project's 2-core VMs), which the overlap must repay.
+/// Groups from which a build with several streams runs the stream pass on a thread of its own beside lowering
+/// (both need only the memory plan and the estimates). A thread costs 0.05-0.2 ms to start and join (the second
+/// figure on this project's 2-core VMs), which the overlap must repay.
 const OVERLAP_GROUPS: usize = 256;
+/// As [`OVERLAP_GROUPS`] with one stream, whose pass finishes a single candidate (about 1 us a group, against
+/// lowering's 2-4).
 const OVERLAP_GROUPS_ONE_STREAM: usize = 1024;
 
 /// The stream pass and lowering of a build, after the estimates they share. From [`OVERLAP_GROUPS`] groups
-/// ([`OVERLAP_GROUPS_ONE_STREAM`] with one stream) on a machine with two or more cores, the stream pass runs on a
-/// scoped thread while this one lowers: lowering
-/// decides nothing the stream pass reads, nor the other way round, so the plan is the one the sequential order
-/// gives. Each pass's time is its own (`pass_ms` then adds up to more than the build's wall time).
+/// ([`OVERLAP_GROUPS_ONE_STREAM`] with one stream) on a machine with two or more cores, the stream pass runs on
+/// a scoped thread while this one lowers: lowering decides nothing the stream pass reads, nor the other way
+/// round, so the plan is the one the sequential order gives. Each pass's time is its own (`pass_ms` then adds
+/// up to more than the build's wall time).
 fn stream_and_lower(
     graph: &ComputeGraph,
     fusion: &FusionPlan,

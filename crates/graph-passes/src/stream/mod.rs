@@ -23,7 +23,9 @@
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
 //!    streams (none is monotone in the stream count); larger ones only the schedules with k. With no more
-//!    chains than streams, Nimble's stream per chain is kept as is.
+//!    chains than streams, Nimble's stream per chain is kept as is. From `PARALLEL_GROUPS` groups on a
+//!    multi-core machine the smaller counts' candidates are made on a scoped thread beside k's; the choice among
+//!    them (shortest modelled makespan, then fewest waits, then the earlier candidate) is the same.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
