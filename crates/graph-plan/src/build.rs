@@ -285,23 +285,21 @@ impl PassClock {
 
     /// Add `ms` to `pass`'s time (work done off the clock on the pass's behalf).
     fn add(&mut self, pass: Pass, ms: f64) {
-        match self.ms.iter_mut().find(|(n, _)| n == pass.name()) {
+        self.add_named(pass.name(), ms);
+    }
+
+    /// Add `ms` to the time of the pass (or rewrite) `name`, listed in first-run order.
+    fn add_named(&mut self, name: &str, ms: f64) {
+        match self.ms.iter_mut().find(|(n, _)| n == name) {
             Some(e) => e.1 += ms,
-            None => self.ms.push((pass.name().to_string(), ms)),
+            None => self.ms.push((name.to_string(), ms)),
         }
     }
 
     /// As `run`, for the precision transform (a rewrite before the passes, not a stop-after point).
     fn run_named<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
-        let _span = tracing::info_span!("pass", name).entered();
-        let t0 = Instant::now();
-        let out = f();
-        let dt = t0.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(pass = name, ms = dt, "pass done");
-        match self.ms.iter_mut().find(|(n, _)| n == name) {
-            Some(e) => e.1 += dt,
-            None => self.ms.push((name.to_string(), dt)),
-        }
+        let (out, ms) = timed(name, f);
+        self.add_named(name, ms);
         out
     }
 }
@@ -611,8 +609,8 @@ fn stream_and_lower(
     clock: &mut PassClock,
 ) -> PlanResult<(StreamPlan, Estimates, crate::lower::Lowered)> {
     let estimates = clock.run(Pass::Stream, || estimate::estimate_groups(graph, fusion, &target.device));
-    let stream = || timed(Pass::Stream, || stream_pass(&estimates, groups, memory, target));
-    let lower = || timed(Pass::Lower, || crate::lower::lower(graph, fusion, groups, memory, &estimates));
+    let stream = || timed(Pass::Stream.name(), || stream_pass(&estimates, groups, memory, target));
+    let lower = || timed(Pass::Lower.name(), || crate::lower::lower(graph, fusion, groups, memory, &estimates));
     let at_least = if target.streams > 1 { OVERLAP_GROUPS } else { OVERLAP_GROUPS_ONE_STREAM };
     let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= at_least && graph_passes::multi_core() {
         let parent = tracing::Span::current();
@@ -630,13 +628,14 @@ fn stream_and_lower(
     Ok((s, estimates, lowered?))
 }
 
-/// `f` under `pass`'s tracing span, with its wall time in milliseconds (for [`PassClock::add`]).
-fn timed<T>(pass: Pass, f: impl FnOnce() -> T) -> (T, f64) {
-    let _span = tracing::info_span!("pass", name = pass.name()).entered();
+/// `f` under the tracing span of the pass `name`, with its wall time in milliseconds: what [`PassClock`] adds
+/// up, and what a pass run off the clock (on another thread) reports to it.
+fn timed<T>(name: &'static str, f: impl FnOnce() -> T) -> (T, f64) {
+    let _span = tracing::info_span!("pass", name).entered();
     let t0 = Instant::now();
     let out = f();
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    tracing::debug!(pass = pass.name(), ms, "pass done");
+    tracing::debug!(pass = name, ms, "pass done");
     (out, ms)
 }
 
