@@ -18,6 +18,7 @@ pub mod fuzz_entry;
 pub mod group_graph;
 pub mod ids;
 pub mod interval;
+mod landmarks;
 pub mod memory;
 pub mod order;
 pub mod precision;

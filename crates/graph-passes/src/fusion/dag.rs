@@ -22,6 +22,7 @@ use std::collections::BinaryHeap;
 
 use super::dense::{Dense, NONE};
 use super::rules::Groups;
+use crate::landmarks::{Labels, LANDMARKS};
 
 /// Why a contraction cannot proceed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,90 +55,13 @@ struct At {
     bmark: u32,
 }
 
-/// Words of a label: 64 landmarks each.
-const LABEL_WORDS: usize = 2;
 /// Groups below which a DAG keeps no labels (its searches are short, the labels would cost more).
 const LABEL_MIN_GROUPS: usize = 4096;
 
-/// A set of landmarks, one bit each.
-type Label = [u64; LABEL_WORDS];
-
-/// Landmark reachability labels (module docs).
-struct Labels {
-    /// The landmark of each bit, as the group id it had when labelled (resolved on read).
-    marks: Vec<u32>,
-    /// Per group: the landmarks it reaches by a path of at least one edge.
-    down: Vec<Label>,
-    /// Per group: the landmarks that reach it by a path of at least one edge.
-    up: Vec<Label>,
-}
-
-impl Labels {
-    /// Labels of the DAG `succ`/`pred` whose `live` groups hold the slots `0..live` of `at`.
-    fn new(succ: &[Vec<u32>], pred: &[Vec<u32>], at: &[At], live: usize) -> Labels {
-        let n = succ.len();
-        // The live groups in topological order: the slots, inverted.
-        let mut sequence = vec![NONE; live];
-        for (g, a) in at.iter().enumerate() {
-            if a.slot != NONE {
-                sequence[a.slot as usize] = g as u32;
-            }
-        }
-        let k = (64 * LABEL_WORDS).min(sequence.len());
-        let marks: Vec<u32> = (0..k).map(|i| sequence[(2 * i + 1) * sequence.len() / (2 * k)]).collect();
-        let mut own = vec![[0u64; LABEL_WORDS]; n];
-        for (b, &m) in marks.iter().enumerate() {
-            own[m as usize][b / 64] |= 1 << (b % 64);
-        }
-        let or = |acc: &mut Label, x: &Label, y: &Label| {
-            for w in 0..LABEL_WORDS {
-                acc[w] |= x[w] | y[w];
-            }
-        };
-        let mut down = vec![[0u64; LABEL_WORDS]; n];
-        for &g in sequence.iter().rev() {
-            let mut acc = [0u64; LABEL_WORDS];
-            for &s in &succ[g as usize] {
-                or(&mut acc, &down[s as usize], &own[s as usize]);
-            }
-            down[g as usize] = acc;
-        }
-        let mut up = vec![[0u64; LABEL_WORDS]; n];
-        for &g in &sequence {
-            let mut acc = [0u64; LABEL_WORDS];
-            for &p in &pred[g as usize] {
-                or(&mut acc, &up[p as usize], &own[p as usize]);
-            }
-            up[g as usize] = acc;
-        }
-        Labels { marks, down, up }
-    }
-
-    /// A landmark that `x` reaches and that reaches `y`, lying in neither now: proof of a path between them
-    /// through another group.
-    fn through(&self, groups: &Groups, x: u32, y: u32) -> Option<u32> {
-        let (dx, uy) = (&self.down[x as usize], &self.up[y as usize]);
-        for w in 0..LABEL_WORDS {
-            let mut common = dx[w] & uy[w];
-            while common != 0 {
-                let b = w * 64 + common.trailing_zeros() as usize;
-                common &= common - 1;
-                let z = groups.resolve(self.marks[b]);
-                if z != x && z != y {
-                    return Some(z);
-                }
-            }
-        }
-        None
-    }
-
-    /// The merged group `keep` reaches and is reached by what either of its groups was.
-    fn merge(&mut self, keep: u32, gone: u32) {
-        for w in 0..LABEL_WORDS {
-            self.down[keep as usize][w] |= self.down[gone as usize][w];
-            self.up[keep as usize][w] |= self.up[gone as usize][w];
-        }
-    }
+/// A landmark that `x` reaches and that reaches `y`, lying in neither now (the labels' landmarks resolved
+/// through the merges since): proof of a path between them through another group.
+fn through(labels: &Labels, groups: &Groups, x: u32, y: u32) -> Option<u32> {
+    labels.between(x as usize, y as usize).map(|b| groups.resolve(labels.mark(b))).find(|&z| z != x && z != y)
 }
 
 pub(super) struct Dag {
@@ -216,7 +140,16 @@ impl Dag {
             }
         }
         let live = next as usize;
-        let labels = (live > 0 && live >= label_min).then(|| Labels::new(&succ, &pred, &at, live));
+        let labels = (live > 0 && live >= label_min).then(|| {
+            // The live groups in topological order: the slots, inverted.
+            let mut order = vec![NONE; live];
+            for (g, a) in at.iter().enumerate() {
+                if a.slot != NONE {
+                    order[a.slot as usize] = g as u32;
+                }
+            }
+            Labels::new(n, &order, LANDMARKS, |g| pred[g as usize].iter().copied())
+        });
         Dag {
             labels,
             succ,
@@ -313,7 +246,7 @@ impl Dag {
             self.account(work);
             return Ok(Plan::AtX);
         }
-        if let Some(z) = self.labels.as_ref().and_then(|l| l.through(groups, x, y)) {
+        if let Some(z) = self.labels.as_ref().and_then(|l| through(l, groups, x, y)) {
             self.account(work + 1);
             return Err(Stop::Cycle(z));
         }
@@ -403,7 +336,7 @@ impl Dag {
         }
         self.at[gone as usize].slot = NONE;
         if let Some(l) = self.labels.as_mut() {
-            l.merge(keep, gone);
+            l.merge(keep as usize, gone as usize);
         }
         // Adjacency of the merged group; neighbours keep stale ids, resolved on read.
         let mut s = std::mem::take(&mut self.succ[gone as usize]);

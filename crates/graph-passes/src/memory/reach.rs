@@ -23,6 +23,7 @@
 
 use crate::group_graph::GroupGraph;
 use crate::ids::GroupId;
+use crate::landmarks::{Labels, LANDMARKS};
 
 /// Bounded ancestor queries over a [`GroupGraph`].
 pub(crate) struct Reach<'a> {
@@ -48,73 +49,13 @@ pub(crate) struct Reach<'a> {
     use_labels: bool,
 }
 
-/// Landmarks of [`Labels`]: one bit each in two 64-bit words per group and direction.
-pub(crate) const LANDMARKS: usize = 128;
-
-/// Landmark reachability labels (module docs): `down[g]` holds the landmarks `g` reaches (itself included when
-/// it is one), `up[g]` those that reach `g`. A path `a -> b` implies `down[b] ⊆ down[a]` and `up[a] ⊆ up[b]`.
-struct Labels {
-    down: Vec<[u64; 2]>,
-    up: Vec<[u64; 2]>,
-}
-
-impl Labels {
-    /// Labels of `dag` with `count` (at most [`LANDMARKS`]) landmarks spread evenly over the group order.
-    fn new(dag: &GroupGraph, count: usize) -> Labels {
-        let n = dag.len();
-        let count = count.clamp(1, LANDMARKS).min(n.max(1));
-        let mut own = vec![[0u64; 2]; n];
-        for j in 0..count {
-            // Evenly spaced, the middle of each of `count` equal spans.
-            let g = (j * n + n / 2) / count;
-            if let Some(row) = own.get_mut(g.min(n.saturating_sub(1))) {
-                row[j / 64] |= 1 << (j % 64);
-            }
-        }
-        let mut up = own.clone();
-        for g in 0..n {
-            let mut row = up[g];
-            for &p in dag.preds(GroupId::from_index(g)) {
-                // Predecessors come first in group order; a malformed edge is ignored, as the search would.
-                if let Some(pr) = up.get(p.index()).filter(|_| p.index() < g) {
-                    row = or(row, *pr);
-                }
-            }
-            up[g] = row;
-        }
-        let mut down = own;
-        for g in (0..n).rev() {
-            let row = down[g];
-            for &p in dag.preds(GroupId::from_index(g)) {
-                if p.index() < g {
-                    down[p.index()] = or(down[p.index()], row);
-                }
-            }
-        }
-        Labels { down, up }
-    }
-
-    /// Some path leads from `a` to `b` (through a landmark).
-    fn proves_path(&self, a: usize, b: usize) -> bool {
-        meets(self.down[a], self.up[b])
-    }
-
-    /// No path leads from `a` to `b`: `b` reaches a landmark `a` does not, or a landmark reaches `a` but not `b`.
-    fn proves_none(&self, a: usize, b: usize) -> bool {
-        meets(self.down[b], not(self.down[a])) || meets(self.up[a], not(self.up[b]))
-    }
-}
-
-fn or(x: [u64; 2], y: [u64; 2]) -> [u64; 2] {
-    [x[0] | y[0], x[1] | y[1]]
-}
-
-fn not(x: [u64; 2]) -> [u64; 2] {
-    [!x[0], !x[1]]
-}
-
-fn meets(x: [u64; 2], y: [u64; 2]) -> bool {
-    (x[0] & y[0]) | (x[1] & y[1]) != 0
+/// Landmark labels of `dag` with `count` landmarks spread over the group order (a topological one).
+fn labels(dag: &GroupGraph, count: usize) -> Labels {
+    let order: Vec<u32> = (0..dag.len() as u32).collect();
+    // Predecessors come first in group order; a malformed edge is ignored, as the search would.
+    Labels::new(dag.len(), &order, count, |g| {
+        dag.preds(GroupId::from_index(g as usize)).iter().map(|p| p.index() as u32).filter(move |&p| p < g)
+    })
 }
 
 /// Most groups for which queries use the transitive closure (8 MiB of bits at this size).
@@ -155,7 +96,7 @@ impl<'a> Reach<'a> {
     /// As [`Reach::new`] on a DAG too large for the closure, with `landmarks` landmarks, for tests.
     #[cfg(test)]
     fn labelled(dag: &'a GroupGraph, limit: usize, landmarks: usize) -> Reach<'a> {
-        Reach { use_closure: false, labels: Some(Labels::new(dag, landmarks)), ..Reach::new(dag, limit) }
+        Reach { use_closure: false, labels: Some(labels(dag, landmarks)), ..Reach::new(dag, limit) }
     }
 
     /// The ancestor rows of every group, in group order (a group's ancestors come before it).
@@ -200,7 +141,7 @@ impl<'a> Reach<'a> {
             return rows[bi * self.words + ai / 64] >> (ai % 64) & 1 == 1;
         }
         if self.labels.is_none() && self.use_labels {
-            self.labels = Some(Labels::new(self.dag, LANDMARKS));
+            self.labels = Some(labels(self.dag, LANDMARKS));
         }
         if let Some(l) = &self.labels {
             if l.proves_path(ai, bi) {
