@@ -23,7 +23,8 @@
 //! `lower_bound_bytes` is the sweep bound of the buffers as packed (in-place donors end at their handover), so
 //! `lower_bound_bytes <= pool_bytes <= naive_bytes`. Cost: O(N + E) for the model and lifetimes, O(n log n) for
 //! the sweeps, the packer's near-linear greedy plus its bounded search; the ordering preference adds
-//! O(k log k) per revisited unit and bounded ancestor queries.
+//! O(k log k) per revisited unit beside k others (O(k) or less where their bounds count per slot) and bounded
+//! ancestor queries.
 
 mod concurrent;
 mod model;

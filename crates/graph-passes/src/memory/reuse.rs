@@ -12,7 +12,9 @@
 //! the same time (within the packed height), and moves it to the best-fitting gap with no new ordering when there
 //! is one. A move never raises the pool and keeps the layout valid (gaps exclude every time-overlapping unit at
 //! its current place); later units see the moved ones. Each revisit costs O(k log k) for the k units live with it
-//! (capped), plus bounded ancestor queries.
+//! (capped), plus bounded ancestor queries; where the layout sits on slots of a power of two and the pool spans
+//! at most a few slots per neighbour, the units already swept stay counted per slot, and a revisit costs
+//! O(slots + l) for the l later units beside it, with no sort.
 
 use std::collections::BTreeMap;
 
@@ -150,50 +152,53 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     let mut active: Vec<(u32, usize)> = Vec::new();
     let mut stats = PreferStats::default();
     let mut work_left = budget;
-    // Offsets are sums of unit sizes: multiples of their common divisor (`sort_by_start` checks it).
-    let grain = units.iter().fold(0u64, |g, u| crate::memory::pack::gcd(g, u.size));
-    let (mut slots, mut taken) = (Vec::new(), Vec::new());
+    // The active units' byte ranges are also kept as coverage changes per slot (`Gaps`), where the layout
+    // allows, so that a revisit beside thousands of them (a random DAG's long lifetimes) adds only the later
+    // ones and scans the slots, with no sort.
+    let mut free = Gaps::new(units, height);
     let (mut here, mut occ, mut scratch_d, mut scratch_s) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let adds_order = |reach: &mut Reach<'_>, units: &[Unit<'_>], occupants: &[u32], writers: &[GroupId]| {
         occupants
             .iter()
             .any(|&j| units[j as usize].froms.iter().any(|&f| writers.iter().any(|&w| !reach.ordered(f, w))))
     };
+    let range = |u: &Unit<'_>| (u.offset, u.offset + u.size);
     for (k, &i) in by_start.iter().enumerate() {
         let Interval { start, end } = units[i].live;
         let (size, writer) = (units[i].size, units[i].writers);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
         if work_left > 0 && adds_order(reach, units, &here, writer) {
             stats.revisited += 1;
-            // Byte ranges of every unit live at the same time as this one: the active ones (dropping those that
-            // ended) and the later ones that start before it ends.
-            active.retain(|&(e, _)| e > start);
-            let later = by_start[k + 1..].iter().take_while(|&&j| units[j].live.start < end);
-            let range = |j: usize| (units[j].offset, units[j].offset + units[j].size);
-            taken.clear();
-            taken
-                .extend(active.iter().map(|&(_, j)| range(j)).chain(later.map(|&j| range(j))).take(MAX_NEIGHBOURS + 1));
-            work_left = work_left.saturating_sub(taken.len() as u64 + 1);
-            if taken.len() <= MAX_NEIGHBOURS {
-                crate::memory::pack::sort_by_start(&mut taken, grain, &mut slots);
+            // Every unit live at the same time as this one: the active ones (dropping those that ended) and the
+            // later ones that start before it ends (a prefix of the rest, by start).
+            active.retain(|&(e, j)| {
+                if e <= start {
+                    free.cover(range(&units[j]), -1);
+                }
+                e > start
+            });
+            let later = &by_start[k + 1..];
+            let later = &later[..later.partition_point(|&j| units[j].live.start < end)];
+            let neighbours = (active.len() + later.len()).min(MAX_NEIGHBOURS + 1);
+            work_left = work_left.saturating_sub(neighbours as u64 + 1);
+            if neighbours <= MAX_NEIGHBOURS {
+                let gaps = if free.counts(neighbours) {
+                    free.counted(later.iter().map(|&j| range(&units[j])))
+                } else {
+                    free.sorted(active.iter().map(|&(_, j)| j).chain(later.iter().copied()).map(|j| range(&units[j])))
+                };
                 let mut best: Option<(u64, u64)> = None; // (gap length, offset)
-                let mut cursor = 0u64;
-                let mut gaps = 0usize;
-                for &(lo, hi) in taken.iter().chain(std::iter::once(&(height, height))) {
-                    if lo > cursor && lo - cursor >= size && gaps < MAX_GAPS {
-                        gaps += 1;
-                        let len = lo - cursor;
-                        for off in [cursor, lo - size] {
-                            if best.is_some_and(|(l, o)| (l, o) <= (len, off)) {
-                                continue;
-                            }
-                            map.occupants(off, off + size, &mut occ);
-                            if !adds_order(reach, units, &occ, writer) {
-                                best = Some((len, off));
-                            }
+                for &(lo, hi) in gaps.iter().filter(|&&(lo, hi)| hi - lo >= size).take(MAX_GAPS) {
+                    let len = hi - lo;
+                    for off in [lo, hi - size] {
+                        if best.is_some_and(|(l, o)| (l, o) <= (len, off)) {
+                            continue;
+                        }
+                        map.occupants(off, off + size, &mut occ);
+                        if !adds_order(reach, units, &occ, writer) {
+                            best = Some((len, off));
                         }
                     }
-                    cursor = cursor.max(hi);
                 }
                 if let Some((_, off)) = best {
                     units[i].offset = off;
@@ -202,9 +207,101 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             }
         }
         map.occupy(units[i].offset, units[i].offset + size, i as u32, &mut scratch_d, &mut scratch_s);
+        free.cover(range(&units[i]), 1);
         active.push((end, i));
     }
     stats
+}
+
+/// The free byte ranges below the pool's height among placed units, for the ordered-reuse preference.
+///
+/// Offsets are sums of unit sizes, so their bounds are multiples of the largest power of two dividing every
+/// size, and a move keeps them so (a gap's bounds are other units' bounds or the height). When that holds (and
+/// the height spans at most four such slots per unit, plus a few), `cover` holds the coverage changes of the
+/// units added so far per slot, and the gaps among them and a few more are one scan of the slots:
+/// O(slots + more). Otherwise (or beside few units, where a sort is cheaper than the scan) the ranges are
+/// sorted.
+struct Gaps {
+    height: u64,
+    /// Slots are `1 << shift` bytes.
+    shift: u32,
+    /// Coverage changes per slot (empty when the units do not fit the counting path).
+    cover: Vec<i32>,
+    /// The ranges, sorted (the comparison path).
+    sorted: Vec<(u64, u64)>,
+    /// The gaps found, `[lo, hi)` in address order.
+    gaps: Vec<(u64, u64)>,
+}
+
+impl Gaps {
+    fn new(units: &[Unit<'_>], height: u64) -> Gaps {
+        let shift = units.iter().fold(0u64, |bits, u| bits | u.size).trailing_zeros().min(63);
+        let mask = (1u64 << shift) - 1;
+        let counting = height >> shift <= 4 * units.len() as u64 + 64
+            && height & mask == 0
+            && units.iter().all(|u| u.size > 0 && u.offset & mask == 0 && u.offset + u.size <= height);
+        let cover = if counting { vec![0; (height >> shift) as usize + 1] } else { Vec::new() };
+        Gaps { height, shift, cover, sorted: Vec::new(), gaps: Vec::new() }
+    }
+
+    /// Add (`delta` 1) or remove (-1) a unit's byte range from the coverage (nothing on the sorting path).
+    fn cover(&mut self, (lo, hi): (u64, u64), delta: i32) {
+        if !self.cover.is_empty() {
+            self.cover[(lo >> self.shift) as usize] += delta;
+            self.cover[(hi >> self.shift) as usize] -= delta;
+        }
+    }
+
+    /// Whether the gaps among `neighbours` ranges are cheaper to count than to sort.
+    fn counts(&self, neighbours: usize) -> bool {
+        !self.cover.is_empty() && self.cover.len() as u64 <= 4 * neighbours as u64 + 65
+    }
+
+    /// The gaps among the covered ranges and `more` (bounds on slots, as every unit's): maximal ranges
+    /// of `[0, height)` that none covers, in address order.
+    fn counted(&mut self, more: impl Iterator<Item = (u64, u64)> + Clone) -> &[(u64, u64)] {
+        for r in more.clone() {
+            self.cover(r, 1);
+        }
+        self.gaps.clear();
+        let (mut depth, mut open) = (0i32, Some(0u64));
+        for (x, &c) in self.cover.iter().enumerate() {
+            let at = (x as u64) << self.shift;
+            let was = depth;
+            depth += c;
+            if was == 0 && depth != 0 {
+                if let Some(lo) = open.take().filter(|&lo| lo < at) {
+                    self.gaps.push((lo, at));
+                }
+            } else if was != 0 && depth == 0 {
+                open = Some(at);
+            }
+        }
+        if let Some(lo) = open.filter(|&lo| lo < self.height) {
+            self.gaps.push((lo, self.height));
+        }
+        for r in more {
+            self.cover(r, -1);
+        }
+        &self.gaps
+    }
+
+    /// The gaps among `ranges` below the height, by a scan of them sorted: between consecutive ranges (an empty
+    /// range splits the gap it lies in) and up to the height.
+    fn sorted(&mut self, ranges: impl Iterator<Item = (u64, u64)>) -> &[(u64, u64)] {
+        self.sorted.clear();
+        self.sorted.extend(ranges);
+        self.sorted.sort_unstable();
+        self.gaps.clear();
+        let mut cursor = 0u64;
+        for &(lo, hi) in self.sorted.iter().chain(std::iter::once(&(self.height, self.height))) {
+            if lo > cursor {
+                self.gaps.push((cursor, lo));
+            }
+            cursor = cursor.max(hi);
+        }
+        &self.gaps
+    }
 }
 
 #[cfg(test)]
@@ -214,6 +311,49 @@ mod tests {
 
     fn g(i: u32) -> GroupId {
         GroupId(i)
+    }
+
+    #[test]
+    fn counted_gaps_are_the_sorted_scans_gaps() {
+        // Random layouts on 256-byte slots (and on 768-byte sizes: slots of their largest power-of-two
+        // divisor); some units covered persistently, the rest passed as `more`. Each counted answer is the gap
+        // list a scan of all ranges sorted gives, and the coverage is empty again after removing the units.
+        let mut rng = crate::test_rng::XorShift::new(11);
+        for case in 0..300 {
+            let unit = if case % 3 == 0 { 768 } else { 256 };
+            let n = 1 + rng.below(40) as usize;
+            // At most four slots per unit plus a few: 768-byte units count in 256-byte slots.
+            let height = unit * (1 + rng.below(if unit == 256 { 3 * n as u64 + 8 } else { n as u64 + 8 }));
+            let units: Vec<Unit<'_>> = (0..n)
+                .map(|_| {
+                    let size = unit * (1 + rng.below(4));
+                    let offset = unit * rng.below((height.saturating_sub(size) / unit) + 1);
+                    Unit { live: Interval::new(0, 1), size: size.min(height), offset, writers: &[], froms: &[] }
+                })
+                .collect();
+            let mut free = Gaps::new(&units, height);
+            assert!(!free.cover.is_empty(), "case {case}: aligned units take the counting path");
+            let split = rng.below(n as u64 + 1) as usize;
+            let range = |u: &Unit<'_>| (u.offset, u.offset + u.size);
+            for u in &units[..split] {
+                free.cover(range(u), 1);
+            }
+            let counted = free.counted(units[split..].iter().map(range)).to_vec();
+            let sorted = free.sorted(units.iter().map(range)).to_vec();
+            assert_eq!(counted, sorted, "case {case}");
+            for u in &units[..split] {
+                free.cover(range(u), -1);
+            }
+            assert!(free.cover.iter().all(|&c| c == 0), "case {case}: coverage left behind");
+        }
+        // A unit off the slots (or an empty one) sends every revisit to the sort.
+        let odd = [Unit { live: Interval::new(0, 1), size: 256, offset: 128, writers: &[], froms: &[] }];
+        assert!(Gaps::new(&odd, 512).cover.is_empty());
+        let empty = [Unit { live: Interval::new(0, 1), size: 0, offset: 0, writers: &[], froms: &[] }];
+        assert!(Gaps::new(&empty, 512).cover.is_empty());
+        // The sort's scan: gaps between ranges and up to the height, an empty range splitting its gap.
+        let mut free = Gaps::new(&odd, 512);
+        assert_eq!(free.sorted([(128, 384), (448, 448)].into_iter()), &[(0, 128), (384, 448), (448, 512)]);
     }
 
     #[test]

@@ -407,12 +407,12 @@ pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
 }
 
 /// Sorts non-empty byte ranges `(lo, hi)` by `lo`, keeping of the ranges that share a `lo` only the one reaching
-/// highest: the gap scans of [`choose_gap`] and the ordered-reuse preference read nothing else (a range that
+/// highest: the gap scan of [`choose_gap`] reads nothing else (a range that
 /// starts where an earlier one starts opens no gap). When every `lo` is a multiple of `grain` and the highest
 /// `hi` spans at most a few slots of `grain` per range, a counting pass over those slots replaces the comparison
 /// sort: O(k + top / grain) instead of O(k log k), which matters when thousands of placed buffers overlap each
 /// query (a random DAG's long lifetimes). `slots` is scratch space.
-pub(crate) fn sort_by_start(ranges: &mut Vec<Range>, grain: u64, slots: &mut Vec<u64>) {
+fn sort_by_start(ranges: &mut Vec<Range>, grain: u64, slots: &mut Vec<u64>) {
     let top = ranges.iter().map(|r| r.1).max().unwrap_or(0);
     let limit = 4 * ranges.len() as u64 + 64;
     let countable = grain > 0 && top / grain <= limit && ranges.iter().all(|r| r.0 % grain == 0 && r.1 > r.0);

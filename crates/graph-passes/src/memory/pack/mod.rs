@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub(crate) use greedy::{gcd, sort_by_start};
 pub use greedy::{Fit, Order, WORK_LIMIT};
 pub use validate::{check, PackViolation};
 
