@@ -163,7 +163,15 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             .any(|&j| units[j as usize].froms.iter().any(|&f| writers.iter().any(|&w| !reach.ordered(f, w))))
     };
     let range = |u: &Unit<'_>| (u.offset, u.offset + u.size);
+    // `free` counts the active units and the window `by_start[k + 1..window]` of later ones, moved at each
+    // revisit to the later units beside it: each unit enters and leaves at most as often as the window's end
+    // passes it, not once per revisit. A unit leaves the window when its turn comes (its place may change).
+    let mut window = 0usize;
     for (k, &i) in by_start.iter().enumerate() {
+        if k < window {
+            free.cover(range(&units[i]), -1);
+        }
+        window = window.max(k + 1);
         let Interval { start, end } = units[i].live;
         let (size, writer) = (units[i].size, units[i].writers);
         map.occupants(units[i].offset, units[i].offset + size, &mut here);
@@ -177,13 +185,20 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
                 }
                 e > start
             });
-            let later = &by_start[k + 1..];
-            let later = &later[..later.partition_point(|&j| units[j].live.start < end)];
+            let later_end = k + 1 + by_start[k + 1..].partition_point(|&j| units[j].live.start < end);
+            let later = &by_start[k + 1..later_end];
             let neighbours = (active.len() + later.len()).min(MAX_NEIGHBOURS + 1);
             work_left = work_left.saturating_sub(neighbours as u64 + 1);
             if neighbours <= MAX_NEIGHBOURS {
+                for &j in by_start.get(window..later_end).unwrap_or_default() {
+                    free.cover(range(&units[j]), 1);
+                }
+                for &j in by_start.get(later_end..window).unwrap_or_default() {
+                    free.cover(range(&units[j]), -1);
+                }
+                window = later_end;
                 let gaps = if free.counts(neighbours) {
-                    free.counted(later.iter().map(|&j| range(&units[j])))
+                    free.counted()
                 } else {
                     free.sorted(active.iter().map(|&(_, j)| j).chain(later.iter().copied()).map(|j| range(&units[j])))
                 };
@@ -257,12 +272,8 @@ impl Gaps {
         !self.cover.is_empty() && self.cover.len() as u64 <= 4 * neighbours as u64 + 65
     }
 
-    /// The gaps among the covered ranges and `more` (bounds on slots, as every unit's): maximal ranges
-    /// of `[0, height)` that none covers, in address order.
-    fn counted(&mut self, more: impl Iterator<Item = (u64, u64)> + Clone) -> &[(u64, u64)] {
-        for r in more.clone() {
-            self.cover(r, 1);
-        }
+    /// The gaps among the covered ranges: maximal ranges of `[0, height)` that none covers, in address order.
+    fn counted(&mut self) -> &[(u64, u64)] {
         self.gaps.clear();
         let (mut depth, mut open) = (0i32, Some(0u64));
         for (x, &c) in self.cover.iter().enumerate() {
@@ -279,9 +290,6 @@ impl Gaps {
         }
         if let Some(lo) = open.filter(|&lo| lo < self.height) {
             self.gaps.push((lo, self.height));
-        }
-        for r in more {
-            self.cover(r, -1);
         }
         &self.gaps
     }
@@ -316,8 +324,8 @@ mod tests {
     #[test]
     fn counted_gaps_are_the_sorted_scans_gaps() {
         // Random layouts on 256-byte slots (and on 768-byte sizes: slots of their largest power-of-two
-        // divisor); some units covered persistently, the rest passed as `more`. Each counted answer is the gap
-        // list a scan of all ranges sorted gives, and the coverage is empty again after removing the units.
+        // divisor). Each counted answer is the gap list a scan of all ranges sorted gives, and the coverage is
+        // empty again after removing the units.
         let mut rng = crate::test_rng::XorShift::new(11);
         for case in 0..300 {
             let unit = if case % 3 == 0 { 768 } else { 256 };
@@ -335,13 +343,21 @@ mod tests {
             assert!(!free.cover.is_empty(), "case {case}: aligned units take the counting path");
             let split = rng.below(n as u64 + 1) as usize;
             let range = |u: &Unit<'_>| (u.offset, u.offset + u.size);
+            // Added in two batches, the first partly taken out and put back (as units leave and re-enter the
+            // window), then all removed.
+            for u in &units {
+                free.cover(range(u), 1);
+            }
+            for u in &units[..split] {
+                free.cover(range(u), -1);
+            }
             for u in &units[..split] {
                 free.cover(range(u), 1);
             }
-            let counted = free.counted(units[split..].iter().map(range)).to_vec();
+            let counted = free.counted().to_vec();
             let sorted = free.sorted(units.iter().map(range)).to_vec();
             assert_eq!(counted, sorted, "case {case}");
-            for u in &units[..split] {
+            for u in &units {
                 free.cover(range(u), -1);
             }
             assert!(free.cover.iter().all(|&c| c == 0), "case {case}: coverage left behind");
