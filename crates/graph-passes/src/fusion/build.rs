@@ -339,28 +339,31 @@ impl Pass<'_, '_> {
         let d = self.d;
         for round in 1..=MAX_ROUNDS {
             self.stats.multi_output_rounds += 1;
-            // One candidate per (producer group, consumer group), named by its first edge.
-            let mut pairs: Vec<(u64, u32, u32)> = Vec::new();
+            // One candidate per (producer group, consumer group), named by its first edge: each producer's
+            // edges sorted on their own (a few each, not one sort of every edge of the graph).
+            let mut pairs: Vec<(u32, u32, u32, u32)> = Vec::new();
+            let mut out: Vec<(u32, u32, u32)> = Vec::new();
             for x in 0..self.groups.g.len() as u32 {
                 let gx = &self.groups.g[x as usize];
                 if !gx.alive {
                     continue;
                 }
+                out.clear();
                 for &m in self.groups.members(x) {
                     for &c in d.succ(m) {
                         let y = self.groups.owner[c as usize];
                         let fresh = round == 1 || gx.epoch + 1 == round || self.groups.g[y as usize].epoch + 1 == round;
                         if y != x && fresh {
-                            pairs.push((((x as u64) << 32) | y as u64, m, c));
+                            out.push((y, m, c));
                         }
                     }
                 }
+                out.sort_unstable();
+                out.dedup_by_key(|p| p.0);
+                pairs.extend(out.iter().map(|&(y, m, c)| (x, y, m, c)));
             }
-            pairs.sort_unstable();
-            pairs.dedup_by_key(|p| p.0);
             let mut cands: Vec<(Reverse<i64>, u32, u32, u32, u32)> = Vec::new();
-            for &(key, m, c) in &pairs {
-                let (x, y) = ((key >> 32) as u32, key as u32);
+            for &(x, y, m, c) in &pairs {
                 match self.groups.structural(d, &self.opts.caps, x, y) {
                     Ok(_) => {
                         let s = self.model.score(d, &self.groups, x, y);
