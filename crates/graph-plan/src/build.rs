@@ -587,16 +587,15 @@ fn stream_pass(
     stream::analyse_estimated(estimates, groups, memory, &StreamOptions::new(target.clone()))
 }
 
-/// Groups from which a build with several streams runs the stream pass on a thread of its own beside lowering
-/// (both need only the memory plan and the estimates). A thread costs 0.05-0.2 ms to start and join (the second
-/// figure on this project's 2-core VMs), which the overlap must repay.
-const OVERLAP_GROUPS: usize = 256;
-/// As [`OVERLAP_GROUPS`] with one stream, whose pass finishes a single candidate (about 1 us a group, against
-/// lowering's 2-4).
-const OVERLAP_GROUPS_ONE_STREAM: usize = 1024;
+/// Groups from which a build runs the stream pass on a thread of its own beside lowering (both need only the
+/// memory plan and the estimates). A thread costs 0.05-0.2 ms to start and join on this project's 2-core VMs,
+/// and the two threads slow each other: at 1k nodes (about 300 groups) the overlap made every family slower at
+/// 4 streams (random_dag 5.2-5.6 against 5.8-6.0 ms, resnet_like 1.8 against 2.0), at 3k nodes it broke even,
+/// at 10k it gains (docs/benchmarks.md, eighth round).
+const OVERLAP_GROUPS: usize = 1024;
 
 /// The stream pass and lowering of a build, after the estimates they share. From [`OVERLAP_GROUPS`] groups
-/// ([`OVERLAP_GROUPS_ONE_STREAM`] with one stream) on a machine with two or more cores, the stream pass runs on
+/// on a machine with two or more cores, the stream pass runs on
 /// a scoped thread while this one lowers: lowering decides nothing the stream pass reads, nor the other way
 /// round, so the plan is the one the sequential order gives. Each pass's time is its own (`pass_ms` then adds
 /// up to more than the build's wall time).
@@ -611,8 +610,7 @@ fn stream_and_lower(
     let estimates = clock.run(Pass::Stream, || estimate::estimate_groups(graph, fusion, &target.device));
     let stream = || timed(Pass::Stream.name(), || stream_pass(&estimates, groups, memory, target));
     let lower = || timed(Pass::Lower.name(), || crate::lower::lower(graph, fusion, groups, memory, &estimates));
-    let at_least = if target.streams > 1 { OVERLAP_GROUPS } else { OVERLAP_GROUPS_ONE_STREAM };
-    let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= at_least && graph_passes::multi_core() {
+    let ((s, stream_ms), (lowered, lower_ms)) = if fusion.groups.len() >= OVERLAP_GROUPS && graph_passes::multi_core() {
         let parent = tracing::Span::current();
         std::thread::scope(|scope| {
             let handle = scope.spawn(move || parent.in_scope(stream));
