@@ -178,7 +178,7 @@ mod tests {
         let l = Labels::new(10, &order, 3, |_| std::iter::empty());
         assert_eq!(l.marks, vec![8, 4, 1]);
         // More landmarks than groups: each group is one.
-        let l = Labels::new(3, &[0, 1, 2], LANDMARKS, |g| (g > 0).then_some(g - 1));
+        let l = Labels::new(3, &[0, 1, 2], LANDMARKS, |g| g.checked_sub(1));
         assert_eq!(l.marks, vec![0, 1, 2]);
         assert_eq!(l.between(0, 2).collect::<Vec<_>>(), vec![0, 1, 2]);
         assert!(l.proves_none(2, 0));

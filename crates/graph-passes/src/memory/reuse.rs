@@ -13,8 +13,8 @@
 //! is one. A move never raises the pool and keeps the layout valid (gaps exclude every time-overlapping unit at
 //! its current place); later units see the moved ones. Each revisit costs O(k log k) for the k units live with it
 //! (capped), plus bounded ancestor queries; where the layout sits on slots of a power of two and the pool spans
-//! at most a few slots per neighbour, the units already swept stay counted per slot, and a revisit costs
-//! O(slots + l) for the l later units beside it, with no sort.
+//! at most a few slots per neighbour, the units already swept and a window of later ones stay counted per slot,
+//! and a revisit costs O(slots) plus the units its window gains or loses, with no sort.
 
 use std::collections::BTreeMap;
 
@@ -232,9 +232,9 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
 ///
 /// Offsets are sums of unit sizes, so their bounds are multiples of the largest power of two dividing every
 /// size, and a move keeps them so (a gap's bounds are other units' bounds or the height). When that holds (and
-/// the height spans at most four such slots per unit, plus a few), `cover` holds the coverage changes of the
-/// units added so far per slot, and the gaps among them and a few more are one scan of the slots:
-/// O(slots + more). Otherwise (or beside few units, where a sort is cheaper than the scan) the ranges are
+/// the height spans at most four such slots per unit, plus a few), `cover` holds the coverage changes per slot
+/// of the units the caller adds (and takes out again), and the gaps among them are one scan of the slots,
+/// however many they are. Otherwise (or beside few units, where a sort is cheaper than the scan) the ranges are
 /// sorted.
 struct Gaps {
     height: u64,
@@ -343,8 +343,8 @@ mod tests {
             assert!(!free.cover.is_empty(), "case {case}: aligned units take the counting path");
             let split = rng.below(n as u64 + 1) as usize;
             let range = |u: &Unit<'_>| (u.offset, u.offset + u.size);
-            // Added in two batches, the first partly taken out and put back (as units leave and re-enter the
-            // window), then all removed.
+            // All added, some taken out and put back (as units leave and re-enter the window), then all
+            // removed.
             for u in &units {
                 free.cover(range(u), 1);
             }
