@@ -133,15 +133,7 @@ mod tests {
         let mut rng = crate::test_rng::XorShift::new(7);
         for case in 0..40 {
             let n = 2 + rng.below(300) as usize;
-            let preds: Vec<Vec<u32>> = (0..n)
-                .map(|g| {
-                    let mut ps: Vec<u32> =
-                        (0..rng.below(4)).filter(|_| g > 0).map(|_| rng.below(g as u64) as u32).collect();
-                    ps.sort_unstable();
-                    ps.dedup();
-                    ps
-                })
-                .collect();
+            let preds = rng.earlier_preds(n, 4);
             let order: Vec<u32> = (0..n as u32).collect();
             let count = 1 + rng.below(LANDMARKS as u64) as usize;
             let l = Labels::new(n, &order, count, |g| preds[g as usize].iter().copied());

@@ -22,4 +22,18 @@ impl XorShift {
     pub(crate) fn below(&mut self, m: u64) -> u64 {
         self.next_u64() % m
     }
+
+    /// A random DAG over `0..n` in topological order: each node's predecessors, fewer than `most` draws among
+    /// the earlier nodes, sorted and distinct.
+    pub(crate) fn earlier_preds(&mut self, n: usize, most: u64) -> Vec<Vec<u32>> {
+        (0..n)
+            .map(|g| {
+                let mut ps: Vec<u32> =
+                    (0..self.below(most)).filter(|_| g > 0).map(|_| self.below(g as u64) as u32).collect();
+                ps.sort_unstable();
+                ps.dedup();
+                ps
+            })
+            .collect()
+    }
 }

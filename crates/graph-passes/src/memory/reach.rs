@@ -239,18 +239,10 @@ mod tests {
         // Random DAGs (preds among earlier groups, up to 3 each, over 1-130 groups so rows span several words):
         // every pair answers the same through the closure and through a search with budget to spare.
         let mut rng = crate::test_rng::XorShift::new(0x1234_5678_9ABC_DEF1u64);
-        let mut next = |m: u64| rng.below(m);
         for _ in 0..20 {
-            let n = 1 + next(130) as usize;
-            let preds: Vec<Vec<GroupId>> = (0..n)
-                .map(|i| {
-                    let mut p: Vec<GroupId> =
-                        (0..next(4)).filter(|_| i > 0).map(|_| GroupId(next(i as u64) as u32)).collect();
-                    p.sort_unstable();
-                    p.dedup();
-                    p
-                })
-                .collect();
+            let n = 1 + rng.below(130) as usize;
+            let preds: Vec<Vec<GroupId>> =
+                rng.earlier_preds(n, 4).into_iter().map(|p| p.into_iter().map(GroupId).collect()).collect();
             let dag = GroupGraph::from_preds(preds);
             let mut closure = Reach::new(&dag, 1);
             let mut search = Reach::searching(&dag, usize::MAX);

@@ -668,15 +668,7 @@ mod tests {
             limit_frac in 0.2f64..1.5,
         ) {
             let mut rng = crate::test_rng::XorShift::new(seed);
-            let rows: Vec<Vec<u32>> = (0..n)
-                .map(|g| {
-                    let mut r: Vec<u32> = (0..rng.below(4)).filter(|_| g > 0).map(|_| rng.below(g as u64) as u32).collect();
-                    r.sort_unstable();
-                    r.dedup();
-                    r
-                })
-                .collect();
-            let reduced = Csr::from_rows(&rows);
+            let reduced = Csr::from_rows(rng.earlier_preds(n, 4));
             let time: Vec<f64> = (0..n).map(|_| rng.below(100) as f64 / 7.0).collect();
             let base: Vec<u32> = (0..n).map(|_| rng.below(k as u64) as u32).collect();
             let mut path = StreamPath::new(n, k);
