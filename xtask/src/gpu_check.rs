@@ -189,7 +189,7 @@ fn cuda_cases() -> Result<Vec<ConformanceCase>> {
         let y = g.add_node("y", Op::Neg, &[h])?[0];
         g.mark_output(h)?;
         g.mark_output(y)?;
-        let (hn, yn) = (g.tensor(h).name.clone(), g.tensor(y).name.clone());
+        let (hn, yn) = (g.tensor(h).name.to_string(), g.tensor(y).name.to_string());
         out.push(ConformanceCase {
             name: "cuda/memcpy_host_region".into(),
             graph: g,
@@ -205,7 +205,7 @@ fn cuda_cases() -> Result<Vec<ConformanceCase>> {
         let i = g.add_input("i", DType::I64, [4])?;
         let y = g.add_node("y", Op::Gather { axis: 0 }, &[d, i])?[0];
         g.mark_output(y)?;
-        let yn = g.tensor(y).name.clone();
+        let yn = g.tensor(y).name.to_string();
         let idx = HostTensor {
             dtype: DType::I64,
             shape: Shape(vec![4]),

@@ -94,7 +94,7 @@ fn split_supplied(
     weights: &mut TensorMap,
 ) -> Result<()> {
     for (name, t) in supplied {
-        match plan.bindings().iter().find(|b| b.name == name).map(|b| b.role) {
+        match plan.bindings().iter().find(|b| *b.name == *name).map(|b| b.role) {
             Some(BindingRole::Input) => {
                 inputs.insert(name, t);
             }

@@ -489,7 +489,7 @@ pub fn refuse_unsupported_products(
 ) -> CudaResult<Vec<CudaError>> {
     let mut refused = Vec::new();
     for (kernel, src) in plan.kernels().iter().zip(sources.iter_mut()) {
-        let node = kernel.body.first().map_or(kernel.name.as_str(), |i| i.node.as_str());
+        let node = kernel.body.first().map_or(kernel.name.as_str(), |i| i.node.as_ref());
         if let Some(e) = src.blas.iter().find_map(|b| b.matmul.check_device(node, capability).err()) {
             *src = codegen::generate_with(kernel, &CodegenOptions { cublas: false })?;
             refused.push(e);
@@ -528,7 +528,7 @@ impl Shared {
             let data = match b.role {
                 BindingRole::Constant => b.data.as_deref().map(std::borrow::Cow::Borrowed),
                 // A half weight supplied in f32 is converted here, once (graph_plan::exec::weight_bytes).
-                BindingRole::Weight => weights.get(&b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
+                BindingRole::Weight => weights.get(&*b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
                 _ => None,
             };
             if let Some(bytes) = data {
@@ -677,13 +677,13 @@ impl PlanResources {
             .bindings()
             .iter()
             .filter(|b| b.role == BindingRole::Input)
-            .map(|b| (b.name.clone(), b.buffer))
+            .map(|b| (b.name.to_string(), b.buffer))
             .collect();
         let outputs = plan
             .bindings()
             .iter()
             .filter(|b| b.role == BindingRole::Output)
-            .map(|b| (b.name.clone(), b.dtype, b.shape.clone(), b.buffer))
+            .map(|b| (b.name.to_string(), b.dtype, b.shape.clone(), b.buffer))
             .collect();
         Ok(PlanResources { graph, blas, gemms, kernels, _modules: modules, events, sources, inputs, outputs, info })
     }

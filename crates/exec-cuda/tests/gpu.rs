@@ -346,7 +346,7 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         let seeded = |role| {
             let mut m = TensorMap::new();
             for b in plan.bindings().iter().filter(|b| b.role == role) {
-                m.insert(b.name.clone(), HostTensor::seeded(b.dtype, &b.shape, &b.name, 9, b.name.contains("var")));
+                m.insert(b.name.to_string(), HostTensor::seeded(b.dtype, &b.shape, &b.name, 9, b.name.contains("var")));
             }
             m
         };
@@ -378,8 +378,11 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         assert_eq!(first, second, "{}: replays are deterministic", g.name());
         let mut regions = HostRegions::new(&plan);
         for b in plan.bindings() {
-            let t =
-                weights.get(&b.name).or_else(|| inputs.get(&b.name)).map(|t| t.data.clone()).or_else(|| b.data.clone());
+            let t = weights
+                .get(&*b.name)
+                .or_else(|| inputs.get(&*b.name))
+                .map(|t| t.data.clone())
+                .or_else(|| b.data.clone());
             if let Some(bytes) = t {
                 regions.bytes_mut(b.buffer).copy_from_slice(&bytes);
             }
@@ -388,7 +391,7 @@ fn plans_run_end_to_end_and_match_the_host_emulator() {
         // Outputs keep their declared dtype (f32) under every precision.
         for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
             let want = common::from_bytes(regions.bytes(b.buffer));
-            let got = first[&b.name].to_f32().unwrap();
+            let got = first[&*b.name].to_f32().unwrap();
             for (i, (x, y)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     (x - y).abs() <= tol * y.abs().max(1.0),
@@ -444,7 +447,7 @@ fn eager_and_graph_modes_agree_and_time() {
         let seeded = |role| {
             let mut m = TensorMap::new();
             for b in plan.bindings().iter().filter(|b| b.role == role) {
-                m.insert(b.name.clone(), HostTensor::seeded(b.dtype, &b.shape, &b.name, 5, false));
+                m.insert(b.name.to_string(), HostTensor::seeded(b.dtype, &b.shape, &b.name, 5, false));
             }
             m
         };

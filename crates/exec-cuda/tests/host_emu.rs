@@ -52,7 +52,7 @@ fn run_caps(
         if let Some(bytes) = &b.data {
             regions.bytes_mut(b.buffer).copy_from_slice(bytes);
         }
-        if let Some((_, bytes)) = data.iter().find(|(n, _)| *n == b.name) {
+        if let Some((_, bytes)) = data.iter().find(|(n, _)| *n == &*b.name) {
             assert_eq!(bytes.len() as u64, b.buffer.bytes, "{test}: size of '{}'", b.name);
             regions.bytes_mut(b.buffer).copy_from_slice(bytes);
         }
@@ -62,7 +62,7 @@ fn run_caps(
         plan.bindings()
             .iter()
             .filter(|b| b.role == BindingRole::Output)
-            .map(|b| (b.name.clone(), regions.bytes(b.buffer).to_vec()))
+            .map(|b| (b.name.to_string(), regions.bytes(b.buffer).to_vec()))
             .collect(),
     )
 }
@@ -113,7 +113,7 @@ fn broadcast_chain() {
     let (xv, bv) = (seq(6, 0.5, 0.0), vec![1.0, -2.0, 0.25]);
     let Some(out) = run("broadcast_chain", &g, 1, &[("x", f(&xv)), ("b", f(&bv))]) else { return };
     let want: Vec<f32> = (0..6).map(|i| (xv[i] + bv[i % 3]).max(0.0) * xv[i]).collect();
-    close("broadcast_chain", &out[&g.tensor(y).name], &want);
+    close("broadcast_chain", &out[&*g.tensor(y).name], &want);
 }
 
 #[test]
@@ -146,9 +146,9 @@ fn transpose_slice_pad() {
             }
         }
     }
-    close("transpose", &out[&g.tensor(t).name], &want);
+    close("transpose", &out[&*g.tensor(t).name], &want);
     let want: Vec<f32> = [4usize, 2].iter().flat_map(|&r| [1usize, 3, 5].map(|c| mv[r * 6 + c])).collect();
-    close("slice", &out[&g.tensor(s).name], &want);
+    close("slice", &out[&*g.tensor(s).name], &want);
     // Output [3, 6]: rows -1..2 of p, columns -2..4.
     let pad_ref = |mode: &str| -> Vec<f32> {
         let mut v = Vec::new();
@@ -174,9 +174,9 @@ fn transpose_slice_pad() {
         }
         v
     };
-    close("pad constant", &out[&g.tensor(pc).name], &pad_ref("constant"));
-    close("pad edge", &out[&g.tensor(pe).name], &pad_ref("edge"));
-    close("pad reflect", &out[&g.tensor(pr).name], &pad_ref("reflect"));
+    close("pad constant", &out[&*g.tensor(pc).name], &pad_ref("constant"));
+    close("pad edge", &out[&*g.tensor(pe).name], &pad_ref("edge"));
+    close("pad reflect", &out[&*g.tensor(pr).name], &pad_ref("reflect"));
 }
 
 #[test]
@@ -198,11 +198,11 @@ fn concat_split_gather() {
     else {
         return;
     };
-    close("concat", &out[&g.tensor(c).name], &[1.0, 2.0, 5.0, 6.0, 7.0, 3.0, 4.0, 8.0, 9.0, 10.0]);
-    close("split0", &out[&g.tensor(parts[0]).name], &[1.0, 3.0]);
-    close("split1", &out[&g.tensor(parts[1]).name], &[2.0, 5.0, 6.0, 7.0, 4.0, 8.0, 9.0, 10.0]);
+    close("concat", &out[&*g.tensor(c).name], &[1.0, 2.0, 5.0, 6.0, 7.0, 3.0, 4.0, 8.0, 9.0, 10.0]);
+    close("split0", &out[&*g.tensor(parts[0]).name], &[1.0, 3.0]);
+    close("split1", &out[&*g.tensor(parts[1]).name], &[2.0, 5.0, 6.0, 7.0, 4.0, 8.0, 9.0, 10.0]);
     let want: Vec<f32> = (0..3).flat_map(|r| [dv[r * 4 + 3], dv[r * 4 + 1]]).collect();
-    close("gather", &out[&g.tensor(ga).name], &want);
+    close("gather", &out[&*g.tensor(ga).name], &want);
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn grouped_strided_conv_and_pools() {
             }
         }
     }
-    close("conv", &out[&g.tensor(y).name], &want);
+    close("conv", &out[&*g.tensor(y).name], &want);
     let want: Vec<f32> = (0..2)
         .flat_map(|oy| (0..2).map(move |ox| (oy, ox)))
         .map(|(oy, ox)| {
@@ -264,7 +264,7 @@ fn grouped_strided_conv_and_pools() {
             v.into_iter().fold(f32::NEG_INFINITY, f32::max)
         })
         .collect();
-    close("maxpool", &out[&g.tensor(mp).name], &want);
+    close("maxpool", &out[&*g.tensor(mp).name], &want);
     for (t, inc) in [(a0, false), (a1, true)] {
         let mut want = Vec::new();
         for oy in 0..4i64 {
@@ -281,7 +281,7 @@ fn grouped_strided_conv_and_pools() {
                 want.push(if inc { s / 9.0 } else { s / n as f32 });
             }
         }
-        close(if inc { "avgpool incl" } else { "avgpool excl" }, &out[&g.tensor(t).name], &want);
+        close(if inc { "avgpool incl" } else { "avgpool excl" }, &out[&*g.tensor(t).name], &want);
     }
 }
 
@@ -328,8 +328,8 @@ fn pointwise_convs_run_as_products() {
         }
         y
     };
-    close("conv0", &out[&g.tensor(r0).name], &conv(&wv0, 5, Some(&bv), true));
-    close("conv1", &out[&g.tensor(y1).name], &conv(&wv1, 3, None, false));
+    close("conv0", &out[&*g.tensor(r0).name], &conv(&wv0, 5, Some(&bv), true));
+    close("conv1", &out[&*g.tensor(y1).name], &conv(&wv1, 3, None, false));
 }
 
 #[test]
@@ -359,21 +359,21 @@ fn row_kernels() {
         let s: f32 = row(r).iter().map(|v| (v - m).exp()).sum();
         want.extend(row(r).iter().map(|v| (v - m).exp() / s));
     }
-    close("softmax", &out[&g.tensor(sm).name], &want);
+    close("softmax", &out[&*g.tensor(sm).name], &want);
     let mut want = Vec::new();
     for r in 0..3 {
         let mean: f32 = row(r).iter().sum::<f32>() / 40.0;
         let var: f32 = row(r).iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 40.0;
         want.extend(row(r).iter().enumerate().map(|(j, v)| (v - mean) / (var + 1e-5).sqrt() * sv[j] + bv[j]));
     }
-    close("layernorm", &out[&g.tensor(ln).name], &want);
+    close("layernorm", &out[&*g.tensor(ln).name], &want);
     let want: Vec<f32> = (0..40).map(|j| xv[j] + xv[40 + j] + xv[80 + j]).collect();
-    close("reducesum", &out[&g.tensor(rs).name], &want);
+    close("reducesum", &out[&*g.tensor(rs).name], &want);
     let want: Vec<f32> = (0..3).map(|r| row(r).iter().sum::<f32>() / 40.0).collect();
-    close("reducemean", &out[&g.tensor(rm).name], &want);
-    close("reducemax", &out[&g.tensor(rx).name], &[xv.iter().copied().fold(f32::NEG_INFINITY, f32::max)]);
+    close("reducemean", &out[&*g.tensor(rm).name], &want);
+    close("reducemax", &out[&*g.tensor(rx).name], &[xv.iter().copied().fold(f32::NEG_INFINITY, f32::max)]);
     let want: Vec<f32> = (0..6).map(|c| tv[c * 4..c * 4 + 4].iter().sum::<f32>() / 4.0).collect();
-    close("globalaveragepool", &out[&g.tensor(gap).name], &want);
+    close("globalaveragepool", &out[&*g.tensor(gap).name], &want);
 }
 
 #[test]
@@ -414,9 +414,9 @@ fn matmuls_cublas_path_and_fallback() {
             }
         }
     }
-    close("broadcast matmul", &out[&g.tensor(bc).name], &want);
+    close("broadcast matmul", &out[&*g.tensor(bc).name], &want);
     let want: Vec<f32> = (0..3).map(|i| (0..4).map(|l| mvv[i * 4 + l] * vv[l]).sum()).collect();
-    close("matvec", &out[&g.tensor(mv).name], &want);
+    close("matvec", &out[&*g.tensor(mv).name], &want);
     let mut want = Vec::new();
     for i in 0..3 {
         for j in 0..5 {
@@ -424,7 +424,7 @@ fn matmuls_cublas_path_and_fallback() {
             want.push(0.5 * acc + 2.0 * gcv[j]);
         }
     }
-    close("gemm (cuBLAS + epilogue)", &out[&g.tensor(gm).name], &want);
+    close("gemm (cuBLAS + epilogue)", &out[&*g.tensor(gm).name], &want);
 }
 
 #[test]
@@ -460,7 +460,7 @@ fn permuted_epilogues_write_the_permuted_layout() {
             }
         }
     }
-    close("head split", &out[&g.tensor(t).name], &want);
+    close("head split", &out[&*g.tensor(t).name], &want);
     let mut want = vec![0f32; 16];
     for i in 0..4 {
         for j in 0..4 {
@@ -468,7 +468,7 @@ fn permuted_epilogues_write_the_permuted_layout() {
             want[j * 4 + i] = acc + cv[j];
         }
     }
-    close("square transpose", &out[&g.tensor(st).name], &want);
+    close("square transpose", &out[&*g.tensor(st).name], &want);
     // Both products are cuBLAS calls that store straight into the permuted outputs.
     let plan =
         ExecutionPlan::build_with(&g, &PlanOptions { fusion: opts_caps(caps), ..PlanOptions::default() }).unwrap();
@@ -542,8 +542,8 @@ fn projections_store_their_heads_through_cublas() {
             }
         }
     }
-    close("query heads", &out[&g.tensor(q).name], &wq_out);
-    close("key heads", &out[&g.tensor(k).name], &wk_out);
+    close("query heads", &out[&*g.tensor(q).name], &wq_out);
+    close("key heads", &out[&*g.tensor(k).name], &wk_out);
     let mut wv_out = vec![0f32; 64];
     for bi in 0..2 {
         for h in 0..2 {
@@ -556,7 +556,7 @@ fn projections_store_their_heads_through_cublas() {
             }
         }
     }
-    close("value heads", &out[&g.tensor(v).name], &wv_out);
+    close("value heads", &out[&*g.tensor(v).name], &wv_out);
 }
 
 #[test]
@@ -600,7 +600,7 @@ fn packed_qkv_stores_every_part_through_cublas() {
             }
         }
     }
-    close("packed qkv", &out[&g.tensor(t).name], &want);
+    close("packed qkv", &out[&*g.tensor(t).name], &want);
 }
 
 /// Selection epilogues (`caps.select_epilogue`, on in this backend's caps): a ViT's packed projection
@@ -767,7 +767,7 @@ fn mlp_runs_through_cublas_steps() {
         .inputs()
         .iter()
         .chain(g.weights())
-        .map(|&t| (g.tensor(t).name.clone(), g.tensor(t).shape.numel().unwrap()))
+        .map(|&t| (g.tensor(t).name.to_string(), g.tensor(t).shape.numel().unwrap()))
         .collect();
     let values: HashMap<String, Vec<f32>> =
         names.iter().enumerate().map(|(k, (n, len))| (n.clone(), seq(*len, 0.05, k as f32 * 0.01))).collect();
@@ -785,7 +785,7 @@ fn mlp_runs_through_cublas_steps() {
         }
         x = y;
     }
-    close("mlp", &out[&g.tensor(g.outputs()[0]).name], &x);
+    close("mlp", &out[&*g.tensor(g.outputs()[0]).name], &x);
 }
 
 #[test]
@@ -806,11 +806,11 @@ fn casts_and_batchnorm() {
     let data = [("x", f(&xv)), ("s", f(&s)), ("bb", f(&bb)), ("mean", f(&mean)), ("var", f(&var))];
     let Some(out) = run("casts_bn", &g, 1, &data) else { return };
     let f16_round = |v: f32| graph_plan::exec::f16_to_f32(graph_plan::exec::f32_to_f16(v));
-    let got = common::from_bytes(&out[&g.tensor(back).name]);
+    let got = common::from_bytes(&out[&*g.tensor(back).name]);
     let want: Vec<f32> = xv.iter().map(|&v| f16_round(v)).collect();
     assert_eq!(got, want, "f32 -> f16 -> f32 rounds to nearest even");
     let ints: Vec<i32> =
-        out[&g.tensor(i).name].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        out[&*g.tensor(i).name].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert_eq!(ints, xv.iter().map(|&v| v as i32).collect::<Vec<_>>(), "float to int truncates toward zero");
     let want: Vec<f32> = (0..12)
         .map(|k| {
@@ -818,7 +818,7 @@ fn casts_and_batchnorm() {
             (xv[k] - mean[c]) / (var[c] + 1e-3).sqrt() * s[c] + bb[c]
         })
         .collect();
-    close("batchnorm", &out[&g.tensor(bn).name], &want);
+    close("batchnorm", &out[&*g.tensor(bn).name], &want);
 }
 
 /// Differential: the optimised plan (fusion, reuse, several streams) gives the reference plan's numbers (fusion
@@ -1107,7 +1107,7 @@ fn eliminated_concat_producers_write_their_slices() {
     let mut optimised = PlanOptions::with_streams(3);
     optimised.fusion.caps = codegen::fusion_caps();
     let plan = ExecutionPlan::build_with(&g, &optimised).unwrap();
-    assert!(plan.nodes().iter().any(|n| n.name == "cat" && n.eliminated));
+    assert!(plan.nodes().iter().any(|n| &*n.name == "cat" && n.eliminated));
     differential("eliminated_concat_producers_write_their_slices", &[g], &optimised, 1e-4);
 }
 
@@ -1292,7 +1292,7 @@ fn differential(test: &str, graphs: &[ComputeGraph], opts: &PlanOptions, tol: f3
             .bindings()
             .iter()
             .filter(|b| b.role == BindingRole::Output)
-            .map(|b| (b.name.clone(), (b.dtype, regions.bytes(b.buffer).to_vec())))
+            .map(|b| (b.name.to_string(), (b.dtype, regions.bytes(b.buffer).to_vec())))
             .collect();
         outs.insert((r.graph.clone(), r.tag), o);
     }
@@ -1336,7 +1336,7 @@ fn gather_clamps_out_of_range_indices() {
     let dv = vec![10.0, 11.0, 20.0, 21.0, 30.0, 31.0];
     let iv: Vec<u8> = [5i64, -7, 1, -1, i64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect();
     let Some(out) = run("gather_clamps", &g, 1, &[("d", f(&dv)), ("idx", iv)]) else { return };
-    close("gather clamps", &out[&g.tensor(y).name], &[30.0, 31.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
+    close("gather clamps", &out[&*g.tensor(y).name], &[30.0, 31.0, 10.0, 11.0, 20.0, 21.0, 30.0, 31.0, 10.0, 11.0]);
 }
 
 /// A Memcpy-to-host result lives in the plan's host region (mapped pinned memory on the GPU) and a later kernel
@@ -1358,8 +1358,8 @@ fn memcpy_results_live_in_the_host_region() {
     assert_eq!(host.buffer.region, graph_plan::Region::Host, "{plan}");
     assert!(plan.steps.iter().any(|s| matches!(s, graph_plan::PlanStep::Copy { .. })), "{plan}");
     let Some(out) = run("memcpy_host", &g, 2, &[("x", f(&[-1.0, 2.0, -3.0, 4.0]))]) else { return };
-    close("to_host", &out[&g.tensor(h).name], &[0.0, 2.0, 0.0, 4.0]);
-    close("y", &out[&g.tensor(y).name], &[0.0, -2.0, 0.0, -4.0]);
+    close("to_host", &out[&*g.tensor(h).name], &[0.0, 2.0, 0.0, 4.0]);
+    close("y", &out[&*g.tensor(y).name], &[0.0, -2.0, 0.0, -4.0]);
 }
 
 /// Row kernels with `reduction_fusion`: decomposed LayerNormalization and Softmax, a scaled and masked Softmax with

@@ -163,7 +163,7 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
         }
     }
     for p in k.params.iter().filter(|p| p.access == Access::Write) {
-        let name = k.values.get(p.value.index()).map_or("?", |v| v.name.as_str());
+        let name = k.values.get(p.value.index()).map_or("?", |v| v.name.as_ref());
         let v = env
             .get(p.value.index())
             .and_then(Option::as_ref)

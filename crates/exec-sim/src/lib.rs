@@ -185,21 +185,21 @@ impl SimExecutor {
         }
         for b in plan.bindings() {
             let data = match b.role {
-                BindingRole::Weight => weights.get(&b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
+                BindingRole::Weight => weights.get(&*b.name).map(|t| graph_plan::exec::weight_bytes(b, t)),
                 BindingRole::Constant => b.data.as_deref().map(std::borrow::Cow::Borrowed),
                 _ => continue,
             };
             let Some(data) = data else {
                 return Err(ExecError::Missing {
                     role: if b.role == BindingRole::Weight { "weight" } else { "constant" },
-                    name: b.name.clone(),
+                    name: b.name.to_string(),
                 });
             };
             let dst = mem.bytes_mut(&b.buffer).map_err(|e| backend(format!("binding '{}': {e}", b.name)))?;
             if dst.len() != data.len() {
                 return Err(ExecError::Mismatch {
                     role: "constant",
-                    name: b.name.clone(),
+                    name: b.name.to_string(),
                     expected: format!("{} bytes", dst.len()),
                     got: format!("{} bytes", data.len()),
                 });
@@ -318,8 +318,8 @@ impl SimPrepared {
                         .body
                         .iter()
                         .find(|i| i.outputs.contains(&p.value))
-                        .map_or_else(|| k.name.clone(), |i| i.node.clone());
-                    return Some((node, v.name.clone()));
+                        .map_or_else(|| k.name.clone(), |i| i.node.to_string());
+                    return Some((node, v.name.to_string()));
                 }
             }
         }
@@ -353,7 +353,7 @@ fn run_on(
         }
     }
     for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
-        let t = inputs.get(&b.name).ok_or_else(|| ExecError::Missing { role: "input", name: b.name.clone() })?;
+        let t = inputs.get(&*b.name).ok_or_else(|| ExecError::Missing { role: "input", name: b.name.to_string() })?;
         let dst = mem.bytes_mut(&b.buffer).map_err(|e| backend(format!("input '{}': {e}", b.name)))?;
         dst.copy_from_slice(&t.data);
     }
@@ -422,7 +422,7 @@ fn run_on(
     let mut outputs = TensorMap::new();
     for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Output) {
         let data = mem.bytes(&b.buffer).map_err(|e| backend(format!("output '{}': {e}", b.name)))?.to_vec();
-        outputs.insert(b.name.clone(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data });
+        outputs.insert(b.name.to_string(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data });
     }
     Ok(outputs)
 }
@@ -451,7 +451,7 @@ pub fn positive_tensors(plan: &ExecutionPlan) -> Vec<String> {
         for ins in &k.body {
             if matches!(ins.op, Op::BatchNormalization { .. }) {
                 if let Some(v) = ins.inputs.get(4).and_then(|&v| k.values.get(v.index())) {
-                    names.push(v.name.clone());
+                    names.push(v.name.to_string());
                 }
             }
         }

@@ -53,7 +53,7 @@ pub struct PrecisionCheck {
 pub fn inputs_for(plan: &ExecutionPlan, inputs: &TensorMap) -> TensorMap {
     let mut out = inputs.clone();
     for b in plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
-        if let Some(t) = out.get_mut(&b.name) {
+        if let Some(t) = out.get_mut(&*b.name) {
             if t.dtype == DType::F32 && matches!(b.dtype, DType::F16 | DType::BF16) && t.shape == b.shape {
                 *t = HostTensor {
                     dtype: b.dtype,

@@ -150,7 +150,7 @@ fn fan_ins(plan: &ExecutionPlan) -> Vec<(String, usize)> {
                 Op::MatMul if d.len() == 1 => d[0],
                 _ => continue,
             };
-            out.push((w.name.clone(), fan_in));
+            out.push((w.name.to_string(), fan_in));
         }
     }
     out.sort();

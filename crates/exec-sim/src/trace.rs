@@ -43,7 +43,7 @@ pub fn chrome_trace(plan: &ExecutionPlan, timing: &TimingReport) -> Value {
                              "occupancy": t.occupancy, "alone_us": t.duration_us}}));
             }
             PlanStep::Copy { bytes, node, src, dst, .. } => {
-                let name = node.clone().unwrap_or_else(|| "copy".to_string());
+                let name = node.clone().unwrap_or_else(|| "copy".into());
                 ev.push(json!({"name": name, "cat": "copy", "ph": "X", "ts": t.start_us,
                     "dur": t.end_us - t.start_us, "pid": PID, "tid": tid,
                     "args": {"step": i, "bytes": bytes, "src": src.to_string(), "dst": dst.to_string()}}));
@@ -73,7 +73,7 @@ pub fn chrome_trace(plan: &ExecutionPlan, timing: &TimingReport) -> Value {
         let PlanStep::Launch { kernel, .. } = step else { continue };
         let Some(k) = plan.kernel(*kernel) else { continue };
         for p in k.params.iter().filter(|p| p.buffer.region == Region::Pool) {
-            let e = life.entry(p.root.as_str()).or_insert((f64::INFINITY, f64::NEG_INFINITY, 0));
+            let e = life.entry(p.root.as_ref()).or_insert((f64::INFINITY, f64::NEG_INFINITY, 0));
             if p.access == Access::Write {
                 e.0 = e.0.min(t.start_us);
             }

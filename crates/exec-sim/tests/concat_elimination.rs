@@ -65,7 +65,7 @@ fn writers_of(plan: &ExecutionPlan, root: &str) -> Vec<(usize, u32)> {
         .filter_map(|(i, s)| match s {
             PlanStep::Launch { kernel, stream, .. } => {
                 let k = plan.kernel(*kernel)?;
-                k.params.iter().any(|p| p.access == Access::Write && p.root == root).then_some((i, stream.0))
+                k.params.iter().any(|p| p.access == Access::Write && *p.root == *root).then_some((i, stream.0))
             }
             _ => None,
         })
@@ -87,7 +87,7 @@ fn producers_on_different_streams_write_disjoint_slices_without_a_race() {
     verify(&plan).unwrap();
     // 6 conv+relu kernels and the head; the Concat is eliminated but still counted as an original kernel.
     assert_eq!((plan.kernel_count_original, plan.kernel_count_fused), (14, 7));
-    assert!(plan.nodes().iter().any(|n| n.name == "cat" && n.eliminated && !n.view));
+    assert!(plan.nodes().iter().any(|n| &*n.name == "cat" && n.eliminated && !n.view));
     // The three producers write root "cat" at disjoint, consecutive ranges (8 x 8 x 8 f32 = 2048 bytes each),
     // on at least two streams.
     let ws = writers_of(&plan, "cat");
@@ -111,7 +111,7 @@ fn producers_on_different_streams_write_disjoint_slices_without_a_race() {
         .steps
         .iter()
         .filter_map(|s| match s {
-            PlanStep::Launch { kernel, reads, .. } if plan.kernel(*kernel).unwrap().body[0].node == "head" => {
+            PlanStep::Launch { kernel, reads, .. } if plan.kernel(*kernel).unwrap().body[0].node.as_ref() == "head" => {
                 Some(reads.clone())
             }
             _ => None,
@@ -134,7 +134,7 @@ fn slots_inside_the_allocation_alignment_are_listed_verified_and_exact() {
     let opts = PlanOptions::with_streams(2);
     let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
     verify(&plan).unwrap();
-    assert!(plan.nodes().iter().any(|n| n.name == "cat" && n.eliminated), "the Concat is eliminated");
+    assert!(plan.nodes().iter().any(|n| &*n.name == "cat" && n.eliminated), "the Concat is eliminated");
     assert_eq!((plan.alignment(), plan.slot_alignment()), (256, 16));
     let base = writers_of(&plan, "cat")
         .iter()
@@ -186,7 +186,7 @@ fn verify_catches_a_reader_that_does_not_wait_for_every_slice() {
         .steps
         .iter()
         .position(
-            |s| matches!(s, PlanStep::Launch { kernel, .. } if plan.kernel(*kernel).unwrap().body[0].node == "head"),
+            |s| matches!(s, PlanStep::Launch { kernel, .. } if plan.kernel(*kernel).unwrap().body[0].node.as_ref() == "head"),
         )
         .unwrap();
     let PlanStep::Launch { stream: head_stream, .. } = plan.steps[head] else { unreachable!() };
@@ -227,7 +227,7 @@ fn a_slot_read_elsewhere_and_viewed_stays_exact() {
         let opts = PlanOptions::with_streams(streams);
         let plan = ExecutionPlan::build_with(&g, &opts).unwrap();
         verify(&plan).unwrap();
-        let eliminated: Vec<&str> = plan.nodes().iter().filter(|n| n.eliminated).map(|n| n.name.as_str()).collect();
+        let eliminated: Vec<&str> = plan.nodes().iter().filter(|n| n.eliminated).map(|n| n.name.as_ref()).collect();
         assert_eq!(eliminated, vec!["cat"], "{streams} streams");
         exact(&g, &opts, 0..4);
     }
@@ -254,7 +254,7 @@ fn elimination_that_would_raise_the_memory_bound_is_dropped() {
             .collect();
         assert_eq!(why.len(), 2, "{why:?}");
         let mut concats: Vec<&str> =
-            plan.nodes().iter().filter(|n| n.op == "Concat").map(|n| n.name.as_str()).collect();
+            plan.nodes().iter().filter(|n| n.op == "Concat").map(|n| n.name.as_ref()).collect();
         concats.sort_unstable();
         let mut refused: Vec<&str> = why.iter().map(|d| d.consumer.as_str()).collect();
         refused.sort_unstable();

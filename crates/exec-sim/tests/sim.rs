@@ -360,7 +360,7 @@ fn check_reports_a_difference_with_its_size() {
     // Perturb a weight-free constant path: change one Add into a Sub in the optimised plan's programs.
     for k in other.kernels_mut() {
         for ins in &mut k.body {
-            if ins.node == "l1.bias" {
+            if &*ins.node == "l1.bias" {
                 ins.op = Op::Sub;
             }
         }
@@ -448,7 +448,7 @@ fn memcpy_nodes_run_as_copy_steps() {
     for streams in [1, 2] {
         let plan = build(&g, &PlanOptions::with_streams(streams));
         assert!(
-            plan.steps.iter().any(|s| matches!(s, PlanStep::Copy { node: Some(n), .. } if n == "to_host")),
+            plan.steps.iter().any(|s| matches!(s, PlanStep::Copy { node: Some(n), .. } if &**n == "to_host")),
             "{plan}"
         );
         let mut inputs = TensorMap::new();

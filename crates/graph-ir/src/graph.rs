@@ -63,8 +63,8 @@ impl TensorRole {
 /// A tensor: name, element type, static shape and role. Constants also carry their bytes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
-    /// Unique name.
-    pub name: String,
+    /// Unique name (shared: a plan's values and parameters name the tensor without copying the text).
+    pub name: Arc<str>,
     /// Element type.
     pub dtype: DType,
     /// Static shape.
@@ -92,8 +92,8 @@ impl Tensor {
 /// A node: one op applied to input tensors, producing output tensors.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
-    /// Unique name.
-    pub name: String,
+    /// Unique name (shared with the plan's instructions and nodes, as the tensors' names are).
+    pub name: Arc<str>,
     /// The op and its attributes.
     pub op: Op,
     /// Inputs, in the op's order.
@@ -136,8 +136,8 @@ pub struct ComputeGraph {
     weights: Vec<TensorId>,
     outputs: Vec<TensorId>,
     consumers: SecondaryMap<TensorId, Vec<NodeId>>,
-    tensor_by_name: HashMap<String, TensorId>,
-    node_by_name: HashMap<String, NodeId>,
+    tensor_by_name: HashMap<Arc<str>, TensorId>,
+    node_by_name: HashMap<Arc<str>, NodeId>,
     limits: Limits,
 }
 
@@ -333,8 +333,14 @@ impl ComputeGraph {
             }
             self.check_new_tensor_name(o)?;
         }
-        let node_id =
-            self.nodes.insert(Node { name: name.to_string(), op, inputs: inputs.to_vec(), outputs: Vec::new(), store });
+        let node_name: Arc<str> = Arc::from(name);
+        let node_id = self.nodes.insert(Node {
+            name: Arc::clone(&node_name),
+            op,
+            inputs: inputs.to_vec(),
+            outputs: Vec::new(),
+            store,
+        });
         let mut outs = Vec::with_capacity(specs.len());
         for (spec, oname) in specs.into_iter().zip(output_names) {
             // Names were checked above (unique among the outputs and new to the graph).
@@ -364,7 +370,7 @@ impl ComputeGraph {
             }
         }
         self.nodes[node_id].outputs = outs.clone();
-        self.node_by_name.insert(name.to_string(), node_id);
+        self.node_by_name.insert(node_name, node_id);
         Ok(outs)
     }
 
@@ -374,13 +380,13 @@ impl ComputeGraph {
             return Err(GraphError::ForeignTensor { id: format!("{t:?}"), graph: self.name.clone() });
         };
         match tensor.role {
-            TensorRole::Output => Err(GraphError::DuplicateOutput { tensor: tensor.name.clone() }),
+            TensorRole::Output => Err(GraphError::DuplicateOutput { tensor: tensor.name.to_string() }),
             TensorRole::Intermediate => {
                 tensor.role = TensorRole::Output;
                 self.outputs.push(t);
                 Ok(())
             }
-            _ => Err(GraphError::OutputNotProduced { tensor: tensor.name.clone() }),
+            _ => Err(GraphError::OutputNotProduced { tensor: tensor.name.to_string() }),
         }
     }
 
@@ -452,8 +458,9 @@ impl ComputeGraph {
                 limit: self.limits.max_tensors as u64,
             });
         }
-        let id = self.tensors.insert(Tensor { name: name.to_string(), dtype, shape, role, producer: None, data });
-        self.tensor_by_name.insert(name.to_string(), id);
+        let name: Arc<str> = Arc::from(name);
+        let id = self.tensors.insert(Tensor { name: Arc::clone(&name), dtype, shape, role, producer: None, data });
+        self.tensor_by_name.insert(name, id);
         Ok(id)
     }
 

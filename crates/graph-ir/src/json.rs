@@ -526,7 +526,7 @@ impl ComputeGraph {
         let decl = |id| {
             let t = self.tensor(id);
             TensorDecl {
-                name: t.name.clone(),
+                name: t.name.to_string(),
                 dtype: t.dtype,
                 shape: dims(&t.shape).into_iter().map(Extent::Fixed).collect(),
             }
@@ -537,7 +537,7 @@ impl ComputeGraph {
             let t = self.tensor(w);
             match (&t.role, &t.data) {
                 (TensorRole::Constant, Some(d)) => constants.push(ConstantDecl {
-                    name: t.name.clone(),
+                    name: t.name.to_string(),
                     dtype: t.dtype,
                     shape: dims(&t.shape),
                     data: decode_values(t.dtype, d),
@@ -555,14 +555,14 @@ impl ComputeGraph {
             nodes: self
                 .nodes()
                 .map(|(_, n)| NodeDecl {
-                    name: n.name.clone(),
+                    name: n.name.to_string(),
                     op: n.op.clone(),
-                    inputs: n.inputs.iter().map(|&t| self.tensor(t).name.clone()).collect(),
-                    outputs: Some(n.outputs.iter().map(|&t| self.tensor(t).name.clone()).collect()),
+                    inputs: n.inputs.iter().map(|&t| self.tensor(t).name.to_string()).collect(),
+                    outputs: Some(n.outputs.iter().map(|&t| self.tensor(t).name.to_string()).collect()),
                     store: n.store,
                 })
                 .collect(),
-            outputs: self.outputs().iter().map(|&t| self.tensor(t).name.clone()).collect(),
+            outputs: self.outputs().iter().map(|&t| self.tensor(t).name.to_string()).collect(),
         }
     }
 

@@ -10,7 +10,7 @@ fn documented_example_loads() {
     assert_eq!(g.name(), "tiny_mlp");
     assert_eq!(g.num_nodes(), 6);
     let p = g.tensor(g.outputs()[0]);
-    assert_eq!((p.name.as_str(), p.shape.dims()), ("p", &[4usize, 8][..]));
+    assert_eq!((&*p.name, p.shape.dims()), ("p", &[4usize, 8][..]));
     let again = graph_ir::json::from_json(&g.to_json()).unwrap();
     assert_eq!(again.to_json(), g.to_json());
 }

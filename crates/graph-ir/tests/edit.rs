@@ -42,7 +42,7 @@ fn consistent(g: &ComputeGraph) {
 type NodeSig = (String, &'static str, Vec<String>, Vec<(String, DType)>);
 
 fn names(g: &ComputeGraph) -> Vec<String> {
-    g.nodes().map(|(_, n)| n.name.clone()).collect()
+    g.nodes().map(|(_, n)| n.name.to_string()).collect()
 }
 
 /// x -> relu -> add(relu, x) -> out, with a weight w added by a second node.
@@ -90,7 +90,7 @@ fn casts_spliced_between_placed_nodes_keep_creation_order_topological() {
     assert_eq!(g2.outputs(), [g2.tensor_id("mul").unwrap()]);
     // x is read by relu and the cast, no longer by add.
     let readers: Vec<&str> =
-        g2.consumers(g2.tensor_id("x").unwrap()).iter().map(|&n| g2.node(n).name.as_str()).collect();
+        g2.consumers(g2.tensor_id("x").unwrap()).iter().map(|&n| g2.node(n).name.as_ref()).collect();
     assert_eq!(readers, ["relu", "x.to_f32"]);
     // The input graph (a clone was edited) is untouched.
     consistent(&g);
@@ -206,7 +206,7 @@ proptest! {
                 }
             }
             e.place(n, None, &ins).unwrap();
-            let onames: Vec<&str> = node.outputs.iter().map(|&o| g.tensor(o).name.as_str()).collect();
+            let onames: Vec<&str> = node.outputs.iter().map(|&o| g.tensor(o).name.as_ref()).collect();
             let outs = rebuilt.add_node_named(&node.name, node.op.clone(), &rins, &onames).unwrap();
             for (&o, r) in node.outputs.iter().zip(outs) {
                 map.insert(o, r);
@@ -221,9 +221,9 @@ proptest! {
         let sig = |g: &ComputeGraph| -> Vec<NodeSig> {
             g.nodes()
                 .map(|(_, n)| {
-                    let ins = n.inputs.iter().map(|&t| g.tensor(t).name.clone()).collect();
-                    let outs = n.outputs.iter().map(|&t| (g.tensor(t).name.clone(), g.tensor(t).dtype)).collect();
-                    (n.name.clone(), n.op.name(), ins, outs)
+                    let ins = n.inputs.iter().map(|&t| g.tensor(t).name.to_string()).collect();
+                    let outs = n.outputs.iter().map(|&t| (g.tensor(t).name.to_string(), g.tensor(t).dtype)).collect();
+                    (n.name.to_string(), n.op.name(), ins, outs)
                 })
                 .collect()
         };

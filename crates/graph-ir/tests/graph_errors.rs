@@ -191,6 +191,6 @@ fn nodes_in_any_order_are_sorted() {
         r#""b""#,
     );
     let g = from_json(&text).unwrap();
-    let names: Vec<&str> = g.nodes().map(|(_, n)| n.name.as_str()).collect();
+    let names: Vec<&str> = g.nodes().map(|(_, n)| n.name.as_ref()).collect();
     assert_eq!(names, ["a", "b"]);
 }

@@ -22,7 +22,7 @@ pub fn import(bytes: &[u8]) -> Result<(), String> {
             w.shape
         );
         let t = model.graph.get_tensor(w.tensor);
-        assert!(t.is_some_and(|t| t.name == w.name), "invariant: weight '{}' names another tensor", w.name);
+        assert!(t.is_some_and(|t| *t.name == *w.name), "invariant: weight '{}' names another tensor", w.name);
     }
     // A NaN or infinite float attribute (Pad's value, LeakyRelu's alpha) cannot be written as JSON: that is
     // an `Err`, not a crash; any other difference panics inside.

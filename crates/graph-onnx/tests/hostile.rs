@@ -165,7 +165,7 @@ fn undefined_tensor_cycle_and_duplicates() {
 fn nodes_out_of_file_order_are_sorted() {
     let nodes = vec![NodeProto::new("Relu", "b", &["t"], &["y"]), NodeProto::new("Neg", "a", &["x"], &["t"])];
     let m = imp(13, nodes, vec![f32v("x", &[2])], vec![out("y")], vec![]);
-    let order: Vec<&str> = m.graph.nodes().map(|(_, n)| n.name.as_str()).collect();
+    let order: Vec<&str> = m.graph.nodes().map(|(_, n)| n.name.as_ref()).collect();
     assert_eq!(order, vec!["a", "b"]);
 }
 

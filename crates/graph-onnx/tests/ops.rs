@@ -447,7 +447,7 @@ fn a_constant_graph_output_is_copied_out_through_identity() {
     let m = imp(13, nodes, vec![], vec![ValueInfoProto::untyped_shape("k", I64)], vec![]);
     assert_eq!(m.graph.outputs().len(), 1);
     let out = m.graph.tensor(m.graph.outputs()[0]);
-    assert_eq!((out.name.as_str(), out.role), ("k", TensorRole::Output));
+    assert_eq!((out.name.as_ref(), out.role), ("k", TensorRole::Output));
     assert_eq!(m.graph.num_nodes(), 1);
 }
 
@@ -658,7 +658,7 @@ mod properties {
                 .collect();
             let shuffled: Vec<NodeProto> = perm.iter().map(|&i| nodes[i].clone()).collect();
             let m = imp(13, shuffled, vec![f32v("x", &[3, 2])], vec![f32v("t5", &[3, 2])], vec![]);
-            let order: Vec<String> = m.graph.nodes().map(|(_, n)| n.name.clone()).collect();
+            let order: Vec<String> = m.graph.nodes().map(|(_, n)| n.name.to_string()).collect();
             prop_assert_eq!(order, (0..6).map(|i| format!("n{i}")).collect::<Vec<_>>());
         }
     }

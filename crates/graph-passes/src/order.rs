@@ -705,7 +705,7 @@ mod tests {
         // a1 a2 b1 b2 y: at a2, a1 and a2 (4 bytes); at b2, a2, b1, b2.
         assert_eq!(report.chosen_peak_bytes, 1024 + 4 + 4);
         assert_eq!(peak_bytes(&g, &order), 1024 + 4 + 4);
-        let names: Vec<&str> = order.order.iter().map(|&n| g.node(n).name.as_str()).collect();
+        let names: Vec<&str> = order.order.iter().map(|&n| g.node(n).name.as_ref()).collect();
         assert_eq!(names, ["a1", "a2", "b1", "b2", "y"]);
         let checked = TopoOrder::from_order(&g, order.order.clone()).unwrap();
         assert_eq!(checked.order, order.order);

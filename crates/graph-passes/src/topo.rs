@@ -31,7 +31,7 @@ impl TopoOrder {
                 if let Some(p) = graph.producer(t) {
                     if !position.contains_key(p) || position[p] >= position[n] {
                         return Err(GraphError::Cycle {
-                            nodes: vec![graph.node(p).name.clone(), graph.node(n).name.clone()],
+                            nodes: vec![graph.node(p).name.to_string(), graph.node(n).name.to_string()],
                         });
                     }
                 }
@@ -84,8 +84,12 @@ pub fn analyse(graph: &ComputeGraph) -> GraphResult<TopoOrder> {
     }
     if order.len() != n {
         // Unreachable for graphs built through the builder (inputs precede consumers); reported all the same.
-        let stuck: Vec<String> =
-            ids.iter().enumerate().filter(|(i, _)| indeg[*i] > 0).map(|(_, &id)| graph.node(id).name.clone()).collect();
+        let stuck: Vec<String> = ids
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| indeg[*i] > 0)
+            .map(|(_, &id)| graph.node(id).name.to_string())
+            .collect();
         return Err(GraphError::Cycle { nodes: stuck });
     }
     Ok(TopoOrder { order, position })
@@ -117,7 +121,7 @@ mod tests {
         let d = g.add_node("d", Op::Add, &[b, c]).unwrap()[0];
         g.mark_output(d).unwrap();
         let t = analyse(&g).unwrap();
-        let names: Vec<&str> = t.order.iter().map(|&n| g.node(n).name.as_str()).collect();
+        let names: Vec<&str> = t.order.iter().map(|&n| g.node(n).name.as_ref()).collect();
         assert_eq!(names, ["a", "b", "c", "d"]);
         // A custom order must be topological.
         let bad = vec![t.order[1], t.order[0], t.order[2], t.order[3]];

@@ -31,7 +31,7 @@ fn vertical_chain_with_bias_residual_where_and_broadcast_operands() {
     assert_eq!(names(&g, &p), vec![vec!["bias_add", "relu", "residual", "positive", "neg", "where"]]);
     assert_eq!(kinds(&p), vec![GroupKind::Elementwise]);
     assert_eq!(outputs(&g, &p, 0), vec!["where"]);
-    let ins: Vec<&str> = p.groups[0].inputs.iter().map(|&t| g.tensor(t).name.as_str()).collect();
+    let ins: Vec<&str> = p.groups[0].inputs.iter().map(|&t| g.tensor(t).name.as_ref()).collect();
     assert_eq!(ins, vec!["x", "bias", "y", "zero"]);
 }
 

@@ -342,7 +342,7 @@ fn concat_of_two_conv_producers_is_eliminated() {
     assert_eq!(names(&g, &p), vec![vec!["a.conv", "a.relu"], vec!["b.conv", "b.relu"], vec!["neg"]]);
     assert_eq!(p.stats.concats_eliminated, 1);
     let slot = |t: &str| {
-        let (id, _) = g.tensors().find(|(_, x)| x.name == t).unwrap();
+        let (id, _) = g.tensors().find(|(_, x)| *x.name == *t).unwrap();
         p.concat_slots.get(id).map(|s| s.offset)
     };
     assert_eq!((slot("a.relu"), slot("b.relu")), (Some(0), Some(1024)));
@@ -353,7 +353,7 @@ fn concat_of_two_conv_producers_is_eliminated() {
     check(&g, &off, &caps);
     assert_eq!(off.stats.concats_eliminated, 0);
     assert!(off.concat_slots.is_empty());
-    assert!(off.groups.iter().any(|gr| gr.nodes.iter().any(|&n| g.node(n).name == "cat")));
+    assert!(off.groups.iter().any(|gr| gr.nodes.iter().any(|&n| &*g.node(n).name == "cat")));
 }
 
 #[test]

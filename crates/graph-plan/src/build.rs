@@ -386,8 +386,8 @@ fn concat_memory_decisions(graph: &ComputeGraph, with: &FusionPlan, without: &mu
     for (n, node) in graph.nodes() {
         if with.is_eliminated(graph, n) {
             without.decisions.push(fusion::FusionDecision {
-                producer: node.name.clone(),
-                consumer: node.name.clone(),
+                producer: node.name.to_string(),
+                consumer: node.name.to_string(),
                 rejected: Some(fusion::RejectReason::ConcatMemory),
                 phase: fusion::FusionPhase::Concat,
                 tensor: String::new(),

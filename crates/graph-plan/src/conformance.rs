@@ -229,7 +229,7 @@ impl B {
 
     fn out(&mut self, t: TensorId, want: HostTensor) -> GraphResult<()> {
         self.c.graph.mark_output(t)?;
-        self.c.expected.insert(self.c.graph.tensor(t).name.clone(), want);
+        self.c.expected.insert(self.c.graph.tensor(t).name.to_string(), want);
         Ok(())
     }
 

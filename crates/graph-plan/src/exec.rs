@@ -253,14 +253,14 @@ pub fn f32_to_half_bytes(bytes: &[u8], to: DType) -> Vec<u8> {
 pub fn check_tensors(plan: &ExecutionPlan, map: &TensorMap, role: BindingRole) -> Result<(), ExecError> {
     let label = if role == BindingRole::Input { "input" } else { "weight" };
     for b in plan.bindings().iter().filter(|b| b.role == role) {
-        let t = map.get(&b.name).ok_or_else(|| ExecError::Missing { role: label, name: b.name.clone() })?;
+        let t = map.get(&*b.name).ok_or_else(|| ExecError::Missing { role: label, name: b.name.to_string() })?;
         if converts_at_prepare(b, t) {
             continue;
         }
         if t.dtype != b.dtype || t.shape != b.shape || t.data.len() as u64 != b.buffer.bytes {
             return Err(ExecError::Mismatch {
                 role: label,
-                name: b.name.clone(),
+                name: b.name.to_string(),
                 expected: format!("{} {}", b.dtype, b.shape),
                 got: format!("{} {} ({} bytes)", t.dtype, t.shape, t.data.len()),
             });
@@ -273,9 +273,9 @@ pub fn check_tensors(plan: &ExecutionPlan, map: &TensorMap, role: BindingRole) -
 /// tensors named in `positive` get positive values, so that models without weights still compute finite results).
 pub fn fill_missing(plan: &ExecutionPlan, map: &mut TensorMap, role: BindingRole, seed: u64, positive: &[String]) {
     for b in plan.bindings().iter().filter(|b| b.role == role) {
-        if !map.contains_key(&b.name) {
-            let pos = positive.iter().any(|p| p == &b.name);
-            map.insert(b.name.clone(), HostTensor::seeded(b.dtype, &b.shape, &b.name, seed, pos));
+        if !map.contains_key(&*b.name) {
+            let pos = positive.iter().any(|p| **p == *b.name);
+            map.insert(b.name.to_string(), HostTensor::seeded(b.dtype, &b.shape, &b.name, seed, pos));
         }
     }
 }

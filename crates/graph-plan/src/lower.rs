@@ -10,6 +10,7 @@ use graph_passes::group_graph::GroupGraph;
 use graph_passes::memory::{MemoryPlan, Placement};
 use graph_passes::PlanResult;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::build::bug;
@@ -92,7 +93,7 @@ pub(crate) fn lower(
     }
     let plan_node = |&(id, n): &(NodeId, &Node)| PlanNode {
         name: n.name.clone(),
-        op: n.op.name().to_string(),
+        op: Cow::Borrowed(n.op.name()),
         view: n.op.is_view(),
         eliminated: fusion.is_eliminated(graph, id),
     };

@@ -32,7 +32,7 @@ pub fn after_precision(input: &ComputeGraph, rewritten: &ComputeGraph) -> PlanRe
         }
     }
     let names = |g: &ComputeGraph, ts: &[graph_ir::TensorId]| -> Vec<String> {
-        ts.iter().map(|&t| g.tensor(t).name.clone()).collect()
+        ts.iter().map(|&t| g.tensor(t).name.to_string()).collect()
     };
     if names(input, input.inputs()) != names(rewritten, rewritten.inputs())
         || names(input, input.outputs()) != names(rewritten, rewritten.outputs())

@@ -6,7 +6,9 @@ use graph_passes::device::{DeviceProfile, LaunchEstimate};
 use graph_passes::fusion::GroupKind;
 use graph_passes::memory::Region;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::build::OrderChoice;
 use crate::ids::{EventId, KernelId, StreamId, ValueId};
@@ -79,7 +81,7 @@ pub enum PlanStep {
         /// Bytes copied.
         bytes: u64,
         /// The Memcpy node this copy runs, if any.
-        node: Option<String>,
+        node: Option<Arc<str>>,
     },
 }
 
@@ -103,8 +105,9 @@ impl PlanStep {
 /// A value of a kernel program: a tensor seen by the kernel.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Value {
-    /// The graph tensor's name.
-    pub name: String,
+    /// The graph tensor's name (the graph's own text, shared: a plan names each tensor in every kernel that
+    /// touches it without a copy of the string).
+    pub name: Arc<str>,
     /// Element type.
     pub dtype: DType,
     /// Shape.
@@ -127,7 +130,7 @@ pub struct Param {
     pub value: ValueId,
     /// Alias root of the value's tensor (its own name unless it is a view's output): the tensor whose writer
     /// produces these bytes.
-    pub root: String,
+    pub root: Arc<str>,
     /// Where the bytes are.
     pub buffer: BufferRef,
     /// Read or write.
@@ -137,8 +140,8 @@ pub struct Param {
 /// One instruction: a graph node's op over program values.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Instr {
-    /// The graph node.
-    pub node: String,
+    /// The graph node's name (shared with the graph, as [`Value::name`] is).
+    pub node: Arc<str>,
     /// Its op (ONNX semantics; views reinterpret without moving bytes).
     pub op: Op,
     /// Input values in the op's order.
@@ -174,7 +177,7 @@ pub struct Kernel {
 impl Kernel {
     /// Names of the graph nodes it runs, in program order.
     pub fn node_names(&self) -> impl Iterator<Item = &str> + '_ {
-        self.body.iter().map(|i| i.node.as_str())
+        self.body.iter().map(|i| i.node.as_ref())
     }
 
     /// The value of id `v`.
@@ -205,7 +208,7 @@ pub enum BindingRole {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
     /// Tensor name (the graph's, e.g. the ONNX name).
-    pub name: String,
+    pub name: Arc<str>,
     /// Role.
     pub role: BindingRole,
     /// Element type.
@@ -222,9 +225,9 @@ pub struct Binding {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanNode {
     /// Node name.
-    pub name: String,
-    /// Op name.
-    pub op: String,
+    pub name: Arc<str>,
+    /// Op name (a static string when the plan was built, owned when it was read back from JSON).
+    pub op: Cow<'static, str>,
     /// True for views (no kernel).
     pub view: bool,
     /// True for an eliminated Concat: no kernel either, its inputs were written into slices of its output

@@ -64,7 +64,7 @@ fn shared_layout_pool_and_addresses() {
     let mut pos: Vec<(u64, u64)> = set
         .members()
         .iter()
-        .map(|m| m.plan.bindings().iter().find(|b| b.name == "pos").unwrap().buffer)
+        .map(|m| m.plan.bindings().iter().find(|b| &*b.name == "pos").unwrap().buffer)
         .map(|b| (b.offset, b.end()))
         .collect();
     pos.sort_unstable();
@@ -267,7 +267,7 @@ fn a_half_precision_set_shares_half_width_weights() {
         set.members()
             .iter()
             .map(|m| {
-                let b = m.plan.bindings().iter().find(|b| b.name == name).unwrap();
+                let b = m.plan.bindings().iter().find(|b| *b.name == *name).unwrap();
                 (b.buffer.offset, b.buffer.bytes)
             })
             .collect()

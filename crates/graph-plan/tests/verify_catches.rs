@@ -219,7 +219,7 @@ fn a_buffer_shifted_onto_a_live_neighbour_clobbers_its_readers() {
     let expected: Vec<Violation> = readers
         .iter()
         .map(|&r| Violation::Clobbered {
-            tensor: y.clone(),
+            tensor: y.to_string(),
             range: nb,
             reader: sref(&q, r),
             writer: Some(sref(&q, wi)),
@@ -243,7 +243,7 @@ fn a_read_bound_where_its_writer_did_not_write_sees_someone_elses_bytes() {
         (0..q.steps.len())
             .find(|&w| {
                 launch_kernel(q, w).is_some_and(|k| {
-                    q.kernel(k).unwrap().params.iter().any(|x| x.access == Access::Write && x.root == root)
+                    q.kernel(k).unwrap().params.iter().any(|x| x.access == Access::Write && *x.root == *root)
                 })
             })
             .unwrap()
@@ -279,7 +279,7 @@ fn a_read_bound_where_its_writer_did_not_write_sees_someone_elses_bytes() {
     assert_eq!(
         verify(&q).unwrap_err(),
         vec![Violation::Clobbered {
-            tensor: root,
+            tensor: root.to_string(),
             range: bz,
             reader: sref(&q, j),
             writer: Some(sref(&q, w)),
@@ -295,7 +295,7 @@ fn a_shift_onto_a_live_neighbour_across_streams_is_a_race_too() {
     let writer_of = |root: &str| {
         (0..p.steps.len()).find(|&w| {
             launch_kernel(&p, w).is_some_and(|k| {
-                p.kernel(k).unwrap().params.iter().any(|q| q.access == Access::Write && q.root == root)
+                p.kernel(k).unwrap().params.iter().any(|q| q.access == Access::Write && *q.root == *root)
             })
         })
     };
@@ -325,7 +325,7 @@ fn a_shift_onto_a_live_neighbour_across_streams_is_a_race_too() {
         tried += 1;
         assert!(
             v.iter().any(|x| matches!(x, Violation::Clobbered { tensor, reader, by: Some(b), .. }
-                if *tensor == y && reader.step == StepId::from_index(j) && b.step == StepId::from_index(i))),
+                if **tensor == *y && reader.step == StepId::from_index(j) && b.step == StepId::from_index(i))),
             "{v:#?}"
         );
         if v.iter().any(|x| {
@@ -384,7 +384,10 @@ fn a_misaligned_offset_is_reported_at_every_step_and_binding() {
     b.buffer.bytes -= 4;
     let (name, range) = (b.name.clone(), b.buffer);
     let v = verify(&q).unwrap_err();
-    assert_eq!(v, vec![Violation::Misaligned { site: Site::Binding(name.clone()), range, alignment: p.alignment() }]);
+    assert_eq!(
+        v,
+        vec![Violation::Misaligned { site: Site::Binding(name.to_string()), range, alignment: p.alignment() }]
+    );
     assert!(v[0].to_string().starts_with(&format!("bounds: binding '{name}' uses ")));
 }
 
@@ -423,8 +426,8 @@ fn a_removed_launch_leaves_its_nodes_unrun() {
     let mut expected: Vec<Violation> = p
         .nodes()
         .iter()
-        .filter(|n| !n.view && body.contains(&n.name.as_str()))
-        .map(|n| Violation::NodeNotRun { node: n.name.clone() })
+        .filter(|n| !n.view && body.contains(&n.name.as_ref()))
+        .map(|n| Violation::NodeNotRun { node: n.name.to_string() })
         .collect();
     assert!(expected.len() >= 2);
     let n = p.kernel_count_fused as u64;
@@ -541,7 +544,7 @@ fn unknown_kernels_nodes_and_events_are_named() {
     );
     // Its nodes now run nowhere.
     for n in p.kernel(k).unwrap().node_names() {
-        if p.nodes().iter().any(|x| x.name == n && !x.view) {
+        if p.nodes().iter().any(|x| *x.name == *n && !x.view) {
             assert!(v.contains(&Violation::NodeNotRun { node: n.to_string() }));
         }
     }
@@ -586,7 +589,7 @@ fn a_node_run_twice_and_step_params_that_disagree() {
     let last = StepId::from_index(q.steps.len() - 1);
     assert_eq!(
         verify(&q).unwrap_err(),
-        vec![Violation::NodeRunTwice { node: node.clone(), steps: vec![StepId::from_index(i), last] }]
+        vec![Violation::NodeRunTwice { node: node.to_string(), steps: vec![StepId::from_index(i), last] }]
     );
     // A launch that forgets one of its writes.
     let mut q = p.clone();

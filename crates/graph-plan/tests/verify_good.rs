@@ -78,7 +78,7 @@ fn memcpy_nodes_run_as_copy_steps_and_verify() {
     g.mark_output(b).unwrap();
     for streams in 1..=3 {
         let p = ExecutionPlan::build_with(&g, &opts(streams, true, true)).unwrap();
-        assert!(p.steps.iter().any(|s| matches!(s, PlanStep::Copy { node: Some(n), .. } if n == "to_host")));
+        assert!(p.steps.iter().any(|s| matches!(s, PlanStep::Copy { node: Some(n), .. } if &**n == "to_host")));
         verify(&p).unwrap();
         // The copy is how 'to_host' runs: drop it and coverage says so.
         let mut q = p.clone();

@@ -86,7 +86,7 @@ fn tensor_list(g: &ComputeGraph, ids: &[graph_ir::TensorId]) -> Vec<(String, Str
     ids.iter()
         .map(|&t| {
             let t = g.tensor(t);
-            (t.name.clone(), t.dtype.name().to_string(), t.shape.dims().to_vec())
+            (t.name.to_string(), t.dtype.name().to_string(), t.shape.dims().to_vec())
         })
         .collect()
 }
@@ -553,7 +553,7 @@ impl Simulator {
             for (k, v) in d.iter() {
                 let name: String =
                     k.extract().map_err(|_| RunError::new_err(format!("inputs: key {k} is not a string")))?;
-                let role = self.plan.bindings().iter().find(|b| b.name == name).map(|b| (b.role, b.dtype));
+                let role = self.plan.bindings().iter().find(|b| *b.name == *name).map(|b| (b.role, b.dtype));
                 let dtype = match role {
                     Some((BindingRole::Input | BindingRole::Weight, d)) => d,
                     Some((BindingRole::Constant, _)) => {
@@ -721,7 +721,7 @@ impl PlanSet {
                 .set
                 .members()
                 .first()
-                .and_then(|m| m.plan.bindings().iter().find(|b| b.name == t.name))
+                .and_then(|m| m.plan.bindings().iter().find(|b| *b.name == *t.name))
                 .map(|b| b.dtype)
                 .ok_or_else(|| RunError::new_err(format!("'{name}' has no binding")))?;
             ins.insert(name.clone(), host_tensor(py, &name, &v, dtype)?);

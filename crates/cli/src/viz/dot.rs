@@ -72,15 +72,15 @@ pub fn edges(plan: &ExecutionPlan) -> Edges {
                 if let Some(k) = plan.kernel(*kernel) {
                     for p in k.params.iter().filter(|p| p.access == Access::Read) {
                         let from = writer_of
-                            .get(p.root.as_str())
+                            .get(p.root.as_ref())
                             .copied()
                             .or_else(|| copy_writes.iter().rev().find(|(_, b)| b.overlaps(&p.buffer)).map(|&(c, _)| c));
                         if let Some(from) = from {
-                            e.data.entry((from, i)).or_default().insert(p.root.clone());
+                            e.data.entry((from, i)).or_default().insert(p.root.to_string());
                         }
                     }
                     for p in k.params.iter().filter(|p| p.access == Access::Write) {
-                        writer_of.entry(p.root.as_str()).or_insert(i);
+                        writer_of.entry(p.root.as_ref()).or_insert(i);
                     }
                 }
                 work(&mut e, &mut last_on, &mut pending, *stream, i);
@@ -93,7 +93,10 @@ pub fn edges(plan: &ExecutionPlan) -> Edges {
                     _ => None,
                 });
                 if let Some(from) = from {
-                    e.data.entry((from, i)).or_default().insert(node.clone().unwrap_or_else(|| "copy".into()));
+                    e.data
+                        .entry((from, i))
+                        .or_default()
+                        .insert(node.clone().unwrap_or_else(|| "copy".into()).to_string());
                 }
                 copy_writes.push((i, *dst));
                 work(&mut e, &mut last_on, &mut pending, *stream, i);

@@ -265,7 +265,7 @@ pub fn explain(plan: &ExecutionPlan, fusion: &FusionPlan) -> anyhow::Result<Expl
                 stream: stream.to_string(),
                 kind: "copy".into(),
                 id: String::new(),
-                nodes: node.iter().cloned().collect(),
+                nodes: node.iter().map(|n| n.to_string()).collect(),
                 bytes_read: *bytes,
                 bytes_written: *bytes,
                 pool_write: (dst.region == Region::Pool).then(|| [dst.offset, dst.end()]),

@@ -236,7 +236,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
             PlanStep::Launch { kernel, .. } => {
                 if let Some(k) = plan.kernel(*kernel) {
                     for p in &k.params {
-                        let i = *index.entry(p.root.clone()).or_insert_with(|| {
+                        let i = *index.entry(p.root.to_string()).or_insert_with(|| {
                             roots.push(RootUse {
                                 buffer: p.buffer,
                                 first_write: None,
@@ -246,7 +246,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                                 op: String::new(),
                                 kind: None,
                             });
-                            names.push(p.root.clone());
+                            names.push(p.root.to_string());
                             roots.len() - 1
                         });
                         let r = &mut roots[i];
@@ -269,7 +269,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
                             .params
                             .iter()
                             .any(|q| q.access == Access::Write && q.root != p.root && q.buffer.overlaps(&p.buffer));
-                        if let (true, Some(&i)) = (in_place, index.get(&p.root)) {
+                        if let (true, Some(&i)) = (in_place, index.get(&*p.root)) {
                             roots[i].handed_over = Some(time);
                         }
                     }
@@ -279,7 +279,7 @@ pub fn pool_map(plan: &ExecutionPlan) -> PoolMap {
             // A copy that runs a Memcpy node is a step of the launch order; the copies that fill graph outputs
             // aliasing a source are not (they read and write outside the pool, before everything else).
             PlanStep::Copy { src, dst, node: Some(node), .. } => {
-                copies.push((time, *src, *dst, Some(node.clone())));
+                copies.push((time, *src, *dst, Some(node.to_string())));
                 time += 1;
             }
             PlanStep::Copy { node: None, .. } => {}

@@ -298,7 +298,7 @@ impl Executor for HostEmu {
         for b in plan.bindings() {
             let data = match b.role {
                 BindingRole::Constant => b.data.as_deref(),
-                BindingRole::Weight => weights.get(&b.name).map(|t| t.data.as_slice()),
+                BindingRole::Weight => weights.get(&*b.name).map(|t| t.data.as_slice()),
                 _ => None,
             };
             if let Some(bytes) = data {
@@ -313,7 +313,7 @@ impl PreparedPlan for HostEmuPrepared {
     fn run(&mut self, inputs: &TensorMap) -> Result<TensorMap, ExecError> {
         graph_plan::exec::check_tensors(&self.plan, inputs, BindingRole::Input)?;
         for b in self.plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
-            self.regions.bytes_mut(b.buffer).copy_from_slice(&inputs[&b.name].data);
+            self.regions.bytes_mut(b.buffer).copy_from_slice(&inputs[&*b.name].data);
         }
         self.program.run(&self.plan, &self.sources, &mut self.regions);
         Ok(self
@@ -324,7 +324,7 @@ impl PreparedPlan for HostEmuPrepared {
             .map(|b| {
                 let t =
                     HostTensor { dtype: b.dtype, shape: b.shape.clone(), data: self.regions.bytes(b.buffer).to_vec() };
-                (b.name.clone(), t)
+                (b.name.to_string(), t)
             })
             .collect())
     }

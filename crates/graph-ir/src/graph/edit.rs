@@ -97,7 +97,7 @@ impl GraphEdit {
             (TensorRole::Constant, Some(d)) => {
                 if x.shape.byte_size(dtype) != Some(d.len()) {
                     return Err(GraphError::ConstantData {
-                        tensor: name.clone(),
+                        tensor: name.to_string(),
                         detail: format!("{} data bytes for shape {} of {dtype}", d.len(), x.shape),
                     });
                 }
@@ -199,14 +199,14 @@ impl GraphEdit {
         };
         if specs.len() != node.outputs.len() {
             let (name, op, got) = (node.name.clone(), node.op.name(), node.outputs.len());
-            return Err(GraphError::OutputCount { node: name, op, expected: specs.len(), got });
+            return Err(GraphError::OutputCount { node: name.to_string(), op, expected: specs.len(), got });
         }
         let limit = self.g.limits.max_tensor_bytes;
         for (spec, &o) in specs.into_iter().zip(&node.outputs) {
             let x = &mut self.g.tensors[o];
             if spec.shape != x.shape {
                 return Err(GraphError::DeclaredMismatch {
-                    tensor: x.name.clone(),
+                    tensor: x.name.to_string(),
                     declared: format!("{} {}", x.dtype, x.shape),
                     inferred: format!("{} {} after the edit of node '{}'", spec.dtype, spec.shape, node.name),
                 });
@@ -290,21 +290,22 @@ impl GraphEdit {
             return Err(GraphError::ForeignTensor { id: format!("{t:?}"), graph: self.g.name.clone() });
         }
         self.g.check_new_tensor_name(name)?;
-        let old = std::mem::replace(&mut self.g.tensors[t].name, name.to_string());
+        let name: Arc<str> = Arc::from(name);
+        let old = std::mem::replace(&mut self.g.tensors[t].name, Arc::clone(&name));
         self.g.tensor_by_name.remove(&old);
-        self.g.tensor_by_name.insert(name.to_string(), t);
+        self.g.tensor_by_name.insert(name, t);
         Ok(())
     }
 
     /// Make `new` (written by a node) the graph output in `old`'s place; `old` becomes an intermediate.
     pub fn replace_output(&mut self, old: TensorId, new: TensorId) -> GraphResult<()> {
         let Some(i) = self.g.outputs.iter().position(|&o| o == old) else {
-            let name = self.g.get_tensor(old).map_or_else(|| format!("{old:?}"), |x| x.name.clone());
+            let name = self.g.get_tensor(old).map_or_else(|| format!("{old:?}"), |x| x.name.to_string());
             return Err(edit_error(format!("replace_output: '{name}' is no graph output")));
         };
         match self.g.tensors.get(new) {
             Some(x) if x.role == TensorRole::Intermediate => {}
-            Some(x) => return Err(GraphError::OutputNotProduced { tensor: x.name.clone() }),
+            Some(x) => return Err(GraphError::OutputNotProduced { tensor: x.name.to_string() }),
             None => return Err(GraphError::ForeignTensor { id: format!("{new:?}"), graph: self.g.name.clone() }),
         }
         self.g.outputs[i] = new;

@@ -245,7 +245,7 @@ pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Can
                 plan.group_of.insert(n, GroupId::from_index(gi));
             }
         }
-        let names: HashSet<&str> = gone.keys().map(|n| graph.node(n).name.as_str()).collect();
+        let names: HashSet<&str> = gone.keys().map(|n| graph.node(n).name.as_ref()).collect();
         plan.decisions.retain(|d| {
             d.phase == FusionPhase::Horizontal
                 || !(names.contains(d.producer.as_str()) || names.contains(d.consumer.as_str()))
@@ -260,11 +260,11 @@ pub(super) fn eliminate(graph: &ComputeGraph, plan: &mut FusionPlan, cands: &Can
         let producer =
             t.and_then(|t| graph.producer(t)).map_or_else(|| node.name.clone(), |p| graph.node(p).name.clone());
         plan.decisions.push(FusionDecision {
-            producer,
-            consumer: node.name.clone(),
+            producer: producer.to_string(),
+            consumer: node.name.to_string(),
             rejected: Some(reason),
             phase: FusionPhase::Concat,
-            tensor: t.map_or_else(String::new, |t| graph.tensor(t).name.clone()),
+            tensor: t.map_or_else(String::new, |t| graph.tensor(t).name.to_string()),
             score: 0,
             detail,
         });

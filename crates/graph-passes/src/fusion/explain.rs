@@ -52,7 +52,8 @@ pub struct FusionReport {
 impl FusionPlan {
     /// The explanation as data (what `explain` prints).
     pub fn report(&self, graph: &ComputeGraph) -> FusionReport {
-        let names = |ts: &[graph_ir::TensorId]| ts.iter().map(|&t| graph.tensor(t).name.clone()).collect::<Vec<_>>();
+        let names =
+            |ts: &[graph_ir::TensorId]| ts.iter().map(|&t| graph.tensor(t).name.to_string()).collect::<Vec<_>>();
         let groups: Vec<GroupReport> = self
             .groups
             .iter()
@@ -60,7 +61,7 @@ impl FusionPlan {
             .map(|(i, g)| GroupReport {
                 id: format!("g{i}"),
                 kind: g.kind,
-                nodes: g.nodes.iter().map(|&n| graph.node(n).name.clone()).collect(),
+                nodes: g.nodes.iter().map(|&n| graph.node(n).name.to_string()).collect(),
                 ops: g.nodes.iter().map(|&n| graph.node(n).op.name().to_string()).collect(),
                 inputs: names(&g.inputs),
                 outputs: names(&g.outputs),

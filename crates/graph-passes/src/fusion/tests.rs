@@ -5,7 +5,7 @@ use crate::topo;
 use graph_ir::{DType, Op};
 
 fn names(g: &ComputeGraph, p: &FusionPlan) -> Vec<Vec<String>> {
-    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.clone()).collect()).collect()
+    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.to_string()).collect()).collect()
 }
 
 #[test]

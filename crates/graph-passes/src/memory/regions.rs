@@ -152,7 +152,7 @@ pub(crate) fn place_outside_pool(
         let bytes = tensor.size_bytes() as u64;
         let off = match (layout, region) {
             (Some(l), Region::Weights | Region::Io) => {
-                let Some(&off) = l.slot(region).get(&tensor.name) else {
+                let Some(&off) = l.slot(region).get(&*tensor.name) else {
                     return Err(format!(
                         "the shared layout has no {} slot for tensor '{}'",
                         region.name(),
@@ -239,7 +239,7 @@ pub fn outside_slots(graph: &ComputeGraph, order: &crate::topo::TopoOrder) -> Ve
         .map(|(t, region, _)| {
             let tensor = graph.tensor(t);
             OutsideSlot {
-                name: tensor.name.clone(),
+                name: tensor.name.to_string(),
                 region,
                 bytes: tensor.size_bytes() as u64,
                 data: if tensor.role == TensorRole::Constant {

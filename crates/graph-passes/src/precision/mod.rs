@@ -68,6 +68,7 @@ use slotmap::SecondaryMap;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::Arc;
 use thiserror::Error;
 
 /// The storage precision a plan is built for.
@@ -394,7 +395,7 @@ impl PrecisionReport {
 
 fn entry(g: &ComputeGraph, n: &graph_ir::Node, rule: &PrecisionRule) -> NodePrecision {
     NodePrecision {
-        node: n.name.clone(),
+        node: n.name.to_string(),
         op: Cow::Borrowed(n.op.name()),
         dtype: compute_dtype(g, n),
         store: n.store,
@@ -506,7 +507,7 @@ pub fn transform_owned(
     // 3. Nodes in order, with casts where a reader wants another dtype.
     let mut shared: HashMap<(TensorId, DType), TensorId> = HashMap::new();
     // Graph outputs renamed for a cast to their declared dtype: their original names, which casts are named after.
-    let mut renamed: HashMap<TensorId, String> = HashMap::new();
+    let mut renamed: HashMap<TensorId, Arc<str>> = HashMap::new();
     let mut ins: Vec<TensorId> = Vec::new();
     for &n in &order {
         let (want, rule) = decision.remove(n).unwrap_or((Want::Declared, PrecisionRule::AsDeclared));
@@ -683,7 +684,7 @@ fn decide(graph: &ComputeGraph, c: &Compiled, policy: &PrecisionPolicy, order: &
                 });
                 if let Some(s) = f32_source {
                     let tensor = graph.tensor(s).name.clone();
-                    decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor });
+                    decision[n] = (Want::Is(DType::F32), PrecisionRule::AnchorReadsF32 { tensor: tensor.to_string() });
                     changed = true;
                 }
             }
@@ -950,7 +951,7 @@ fn mark_softmax_inputs(
             {
                 continue;
             }
-            decision[p] = (Want::Is(DType::F32), PrecisionRule::SoftmaxInput { softmax: node.name.clone() });
+            decision[p] = (Want::Is(DType::F32), PrecisionRule::SoftmaxInput { softmax: node.name.to_string() });
             stack.extend(pn.inputs.iter().copied().filter(|&i| graph.tensor(i).dtype.is_float()));
         }
     }

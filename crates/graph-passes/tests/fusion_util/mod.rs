@@ -26,7 +26,7 @@ pub fn fuse_streams(g: &ComputeGraph, opts: &FusionOptions, streams: usize) -> F
 
 /// Node names of every group, in execution order.
 pub fn names(g: &ComputeGraph, p: &FusionPlan) -> Vec<Vec<String>> {
-    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.clone()).collect()).collect()
+    p.groups.iter().map(|gr| gr.nodes.iter().map(|&n| g.node(n).name.to_string()).collect()).collect()
 }
 
 /// Kinds of every group, in execution order.
@@ -45,7 +45,7 @@ pub fn verdict(p: &FusionPlan, producer: &str, consumer: &str) -> Option<RejectR
 
 /// Tensor names written by group `i`.
 pub fn outputs(g: &ComputeGraph, p: &FusionPlan, i: usize) -> Vec<String> {
-    p.groups[i].outputs.iter().map(|&t| g.tensor(t).name.clone()).collect()
+    p.groups[i].outputs.iter().map(|&t| g.tensor(t).name.to_string()).collect()
 }
 
 /// Add a one-output node.
@@ -140,7 +140,7 @@ pub fn check(g: &ComputeGraph, p: &FusionPlan, caps: &FusionCaps) {
         check_caps(g, gi, gr, caps);
     }
     // Decisions: exactly the edges between two kernels, each rejected with a reason.
-    let by_name: HashMap<&str, NodeId> = g.nodes().map(|(id, n)| (n.name.as_str(), id)).collect();
+    let by_name: HashMap<&str, NodeId> = g.nodes().map(|(id, n)| (n.name.as_ref(), id)).collect();
     let mut listed: HashSet<(NodeId, NodeId)> = HashSet::new();
     for d in &p.decisions {
         if d.phase == fusion::FusionPhase::Horizontal {

@@ -416,7 +416,7 @@ impl PlanSet {
             let mut feed = TensorMap::new();
             for b in m.plan.bindings().iter().filter(|b| b.role == BindingRole::Input) {
                 let t = inputs
-                    .get(&b.name)
+                    .get(&*b.name)
                     .ok_or_else(|| SetError::Request { detail: format!("input '{}' is missing", b.name) })?;
                 if t.dtype != b.dtype {
                     return Err(SetError::Request {
@@ -424,7 +424,7 @@ impl PlanSet {
                     });
                 }
                 let elem = b.dtype.size_bytes();
-                let (data, shape) = match (&p.chunk, axes.get(&b.name)) {
+                let (data, shape) = match (&p.chunk, axes.get(&*b.name)) {
                     (Some((s, start)), Some(&(axis, coef))) => {
                         let mut shape = t.shape.dims().to_vec();
                         let len = p.dims[s] * coef;
@@ -437,7 +437,7 @@ impl PlanSet {
                 };
                 let padded = host::box_pad(&data, &shape, b.shape.dims(), elem)
                     .ok_or_else(|| bad(&b.name, "pad into the bucket"))?;
-                feed.insert(b.name.clone(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data: padded });
+                feed.insert(b.name.to_string(), HostTensor { dtype: b.dtype, shape: b.shape.clone(), data: padded });
             }
             let got = run(p.member, &feed).map_err(SetError::Exec)?;
             let mut out = TensorMap::new();
@@ -488,7 +488,7 @@ fn check_weights(dims: &[Dims], graphs: &[ComputeGraph]) -> Result<(), SetError>
             let other = first.tensor_id(&w.name).map(|id| first.tensor(id));
             if other.is_none_or(|o| o.shape != w.shape || o.dtype != w.dtype || o.role != w.role) {
                 return Err(SetError::VaryingWeight {
-                    name: w.name.clone(),
+                    name: w.name.to_string(),
                     dims: dims_label(d),
                     detail: match other {
                         Some(o) => format!(
@@ -625,13 +625,13 @@ pub fn verify_set(set: &PlanSet) -> Result<(), Vec<SetViolation>> {
                 ));
             }
             if matches!(b.role, BindingRole::Input | BindingRole::Output) {
-                match set.io.iter().find(|t| t.name == b.name).and_then(|t| t.shape_at(&m.dims)) {
+                match set.io.iter().find(|t| *t.name == *b.name).and_then(|t| t.shape_at(&m.dims)) {
                     Some(s) if s == b.shape.dims() => {}
                     Some(s) => push(
                         &label,
                         format!("'{}' has shape {:?}; the set's extents give {s:?}", b.name, b.shape.dims()),
                     ),
-                    None if set.io.iter().any(|t| t.name == b.name) => {}
+                    None if set.io.iter().any(|t| *t.name == *b.name) => {}
                     None => push(&label, format!("'{}' is not an input or output of the set", b.name)),
                 }
             }
@@ -721,7 +721,7 @@ impl fmt::Display for PlanSet {
         let last = self.members.last();
         for t in &self.io {
             let at = last
-                .and_then(|m| m.plan.bindings().iter().find(|b| b.name == t.name))
+                .and_then(|m| m.plan.bindings().iter().find(|b| *b.name == *t.name))
                 .map(|b| b.buffer.to_string())
                 .unwrap_or_default();
             let ext = t.extents.as_ref().map_or("not affine in the symbols".to_string(), |e| {

@@ -99,7 +99,7 @@ pub(crate) fn fit_io(samples: &[(&Dims, &ComputeGraph)], pairs: &[(String, usize
             let name = &g0.tensor(t).name;
             let shape_of = |g: &ComputeGraph| g.tensor_id(name).map(|id| g.tensor(id).shape.dims().to_vec());
             let extents = fit_tensor(samples, pairs, d0, &shape_of);
-            out.push(IoTensor { name: name.clone(), input, extents });
+            out.push(IoTensor { name: name.to_string(), input, extents });
         }
     }
     out

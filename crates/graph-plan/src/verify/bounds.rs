@@ -63,6 +63,6 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
         }
     }
     for b in plan.bindings() {
-        range(&|| Site::Binding(b.name.clone()), &b.buffer, out);
+        range(&|| Site::Binding(b.name.to_string()), &b.buffer, out);
     }
 }

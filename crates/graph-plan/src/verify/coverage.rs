@@ -31,14 +31,14 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
         while nodes.get(cursor).is_some_and(|n| n.view || n.eliminated) {
             cursor += 1;
         }
-        if nodes.get(cursor).is_some_and(|n| n.name == name) {
+        if nodes.get(cursor).is_some_and(|n| *n.name == *name) {
             cursor += 1;
             return Some(((cursor - 1) as u32, false));
         }
         let table = table.get_or_init(|| {
             let mut t = FastMap::with_capacity_and_hasher(nodes.len(), Default::default());
             for (i, n) in nodes.iter().enumerate() {
-                t.insert(n.name.as_str(), (i as u32, n.view || n.eliminated));
+                t.insert(n.name.as_ref(), (i as u32, n.view || n.eliminated));
             }
             t
         });
@@ -104,7 +104,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
         }
         let r = runs[n];
         if r.count == 0 {
-            out.push(Violation::NodeNotRun { node: node.name.clone() });
+            out.push(Violation::NodeNotRun { node: node.name.to_string() });
         } else if r.count > 1 {
             let mut steps = vec![StepId(r.first)];
             while a < again.len() && again[a].0 < n as u32 {
@@ -114,7 +114,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                 steps.push(StepId(again[a].1));
                 a += 1;
             }
-            out.push(Violation::NodeRunTwice { node: node.name.clone(), steps });
+            out.push(Violation::NodeRunTwice { node: node.name.to_string(), steps });
         }
     }
 }

@@ -158,7 +158,7 @@ impl<'p> Index<'p> {
             .bindings()
             .iter()
             .filter(|b| matches!(b.role, BindingRole::Input | BindingRole::Weight | BindingRole::Constant))
-            .map(|b| (b.name.as_str(), ()))
+            .map(|b| (b.name.as_ref(), ()))
             .collect();
         Index {
             plan,
@@ -209,7 +209,7 @@ impl<'p> Writers<'p> {
         for (ki, k) in plan.kernels().iter().enumerate() {
             for p in k.params.iter().filter(|p| p.access == Access::Write) {
                 let next = roots.len() as u32;
-                let r = *roots.entry(p.root.as_str()).or_insert(next);
+                let r = *roots.entry(p.root.as_ref()).or_insert(next);
                 pairs.push((r, KernelId::from_index(ki)));
             }
         }

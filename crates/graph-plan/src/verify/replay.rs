@@ -163,9 +163,9 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                             continue; // the same tensor bound twice at this range
                         }
                         // Dependencies once per root; the bytes at every range the root is bound to.
-                        let first = !done.contains(&p.root.as_str());
+                        let first = !done.contains(&p.root.as_ref());
                         if first {
-                            done.push(p.root.as_str());
+                            done.push(p.root.as_ref());
                         }
                         // Fast path: the launch that last wrote these bytes writes this root by name (or nothing
                         // or a copy wrote them, and the root is a source). Else look the writers up by name.
@@ -174,7 +174,7 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                                 // The writing launch is at hand: no lookup of its stream and position.
                                 if first && w.kernel != kernel.0 && !ordered(&w) {
                                     out.push(Violation::Dependency {
-                                        tensor: p.root.clone(),
+                                        tensor: p.root.to_string(),
                                         writer: ix.step_ref(w.step),
                                         reader: ix.step_ref(iu),
                                     });
@@ -187,15 +187,15 @@ pub(super) fn check(ix: &Index<'_>, out: &mut Vec<Violation>) {
                                     depend(&p.root, ws.unwrap_or(&[]), out);
                                 }
                                 shadow.probe(*b, expectation(ws, iu, ix), &mut hits);
-                                report(ix, iu, *b, Access::Read, Some((p.root.as_str(), ws)), &mut hits, out);
+                                report(ix, iu, *b, Access::Read, Some((p.root.as_ref(), ws)), &mut hits, out);
                             }
                         }
                     }
                 }
                 // Read params at ranges the step does not list (coverage reports that): dependencies by name.
                 for p in params.iter().filter(|p| p.access == Access::Read) {
-                    if !done.contains(&p.root.as_str()) {
-                        done.push(p.root.as_str());
+                    if !done.contains(&p.root.as_ref()) {
+                        done.push(p.root.as_ref());
                         depend(&p.root, ix.writers(&p.root).unwrap_or(&[]), out);
                     }
                 }
@@ -253,7 +253,7 @@ fn writes_root(ix: &Index<'_>, k: u32, root: &str) -> bool {
     ix.plan
         .kernels()
         .get(k as usize)
-        .is_some_and(|k| k.params.iter().any(|p| p.access == Access::Write && p.root == root))
+        .is_some_and(|k| k.params.iter().any(|p| p.access == Access::Write && *p.root == *root))
 }
 
 /// What must have last written a range read as a tensor with writer kernels `ws`, by step `i`.
