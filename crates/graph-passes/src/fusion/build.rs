@@ -1,6 +1,6 @@
 //! The three phases of the pass and the final assembly of groups (module docs of `fusion`).
 
-use graph_ir::{ComputeGraph, NodeId, Op, TensorRole};
+use graph_ir::{ComputeGraph, NodeId, TensorRole};
 use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use super::attention::{self, Chain, Found};
 use super::concat::Candidates;
 use super::dag::{Dag, Plan, Stop};
-use super::dense::{Dense, NONE};
+use super::dense::{Dense, NONE, PRODUCT};
 use super::model::Model;
 use super::rules::{Groups, Merged, Reject, Why};
 use super::{FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, GroupKind, RejectReason};
@@ -462,7 +462,7 @@ impl Pass<'_, '_> {
                 let lhs = d.inputs(c).first().is_some_and(|&a| d.root[a as usize] == t);
                 let g = self.groups.owner[c as usize];
                 let gc = &self.groups.g[g as usize];
-                if lhs && matches!(d.op(c), Op::MatMul | Op::Gemm { .. }) && gc.anchor == c && gc.alive {
+                if lhs && d.is(c, PRODUCT) && gc.anchor == c && gc.alive {
                     sib.push(g);
                 }
             }

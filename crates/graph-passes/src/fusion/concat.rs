@@ -407,6 +407,11 @@ fn rooted_in_compute(graph: &ComputeGraph, p: NodeId) -> bool {
 
 /// The non-view nodes that read `t` or a view of it.
 fn family_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
+    let consumers = graph.consumers(t);
+    // The usual case, no view of `t`: its consumers, without a search.
+    if consumers.iter().all(|&c| !graph.node(c).op.is_view()) {
+        return consumers.to_vec();
+    }
     let mut out = Vec::new();
     let mut stack = vec![t];
     while let Some(x) = stack.pop() {
@@ -424,6 +429,13 @@ fn family_readers(graph: &ComputeGraph, t: TensorId) -> Vec<NodeId> {
 
 /// True when `t` or a view of it (transitively) is a graph output.
 fn family_has_output(graph: &ComputeGraph, t: TensorId) -> bool {
+    if graph.tensor(t).role == TensorRole::Output {
+        return true;
+    }
+    // The usual case, no view of `t`, allocates nothing.
+    if graph.consumers(t).iter().all(|&c| !graph.node(c).op.is_view()) {
+        return false;
+    }
     let mut stack = vec![t];
     while let Some(x) = stack.pop() {
         if graph.tensor(x).role == TensorRole::Output {

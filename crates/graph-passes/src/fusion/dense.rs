@@ -88,6 +88,12 @@ pub(super) const CAST: u8 = 2;
 pub(super) const SELECTION: u8 = 4;
 /// [`Dense::flags`] bit: a Gather.
 pub(super) const GATHER: u8 = 8;
+/// [`Dense::flags`] bit: reads (through views) the result of a data-movement node. With the node's own category,
+/// it says whether the row rules on loads (`Groups::check_loads`) have anything to check at it.
+pub(super) const READS_MOVE: u8 = 16;
+/// [`Dense::flags`] bit: a MatMul or a Gemm (a product that horizontal GEMMs and operand layouts look for; the flag
+/// spares those scans a read of the graph's node).
+pub(super) const PRODUCT: u8 = 32;
 
 /// The graph as the fusion pass sees it.
 pub(super) struct Dense<'g> {
@@ -184,6 +190,15 @@ impl<'g> Dense<'g> {
                 for &t in outs.row(i) {
                     kprod[t as usize] = i;
                 }
+            }
+        }
+        for (i, f) in flags.iter_mut().enumerate() {
+            let moved = |&t: &u32| {
+                let p = kprod[t as usize];
+                p != NONE && cat[p as usize] == OpCategory::DataMovement
+            };
+            if ins.row(i as u32).iter().any(moved) {
+                *f |= READS_MOVE;
             }
         }
         let mut root_output = vec![false; nt];
@@ -322,6 +337,7 @@ fn op_flags(graph: &ComputeGraph, node: &graph_ir::Node, cat: OpCategory) -> u8 
     }
     match node.op {
         Op::Cast { .. } => f |= CAST,
+        Op::MatMul | Op::Gemm { .. } => f |= PRODUCT,
         Op::Split { .. } => f |= SELECTION,
         Op::Gather { .. } => {
             f |= GATHER;

@@ -4,7 +4,7 @@
 use graph_ir::{Op, OpCategory};
 use std::collections::HashMap;
 
-use super::dense::{Dense, CAST, GATHER, LOAD, NONE, SELECTION};
+use super::dense::{Dense, CAST, GATHER, LOAD, NONE, PRODUCT, READS_MOVE, SELECTION};
 use super::{FusionCaps, GroupKind, RejectReason, POOL_CHAIN_MAX_WINDOW};
 
 /// The specifics of a rejection (node and tensor positions), formatted by `text` when reported.
@@ -328,6 +328,8 @@ pub(super) struct Group {
     /// Every data-movement member is a load op (`is_load`): a row kernel may take the group when those members
     /// read only tensors from outside it (an embedding Gather feeding its LayerNorm).
     pub loads_only: bool,
+    /// Has a data-movement member (the row rules on loads apply).
+    pub moves: bool,
     /// Has merged: the lists below are authoritative.
     pub merged: bool,
     /// Non-view member positions (merged groups).
@@ -457,6 +459,7 @@ impl Groups {
                     || is_selection(d, i),
                 selects: is_selection(d, i),
                 loads_only: cat != OpCategory::DataMovement || d.is(i, LOAD),
+                moves: cat == OpCategory::DataMovement,
                 merged: false,
                 members: Vec::new(),
                 inputs: Vec::new(),
@@ -607,8 +610,16 @@ impl Groups {
             }
         }
         let g_gone = &mut self.g[gone as usize];
-        let (lo, hi, flops, layout_only, selects, splits, loads_only) =
-            (g_gone.lo, g_gone.hi, g_gone.flops, g_gone.layout_only, g_gone.selects, g_gone.splits, g_gone.loads_only);
+        let (lo, hi, flops, layout_only, selects, splits, loads_only, moves) = (
+            g_gone.lo,
+            g_gone.hi,
+            g_gone.flops,
+            g_gone.layout_only,
+            g_gone.selects,
+            g_gone.splits,
+            g_gone.loads_only,
+            g_gone.moves,
+        );
         let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
         g_gone.alive = false;
         g_gone.inputs = Vec::new();
@@ -633,6 +644,7 @@ impl Groups {
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
         k.loads_only &= loads_only;
+        k.moves |= moves;
         k.selects |= selects;
         k.splits |= splits;
         k.inputs = pv.inputs;
@@ -893,7 +905,7 @@ impl Groups {
             _ => b,
         };
         let inside = self.inside(a, b);
-        let moves = self.has_moves(d, a) || self.has_moves(d, b);
+        let moves = self.has_moves(a) || self.has_moves(b);
         if moves && !reasons {
             self.check_loads(d, dom, a, b, &inside)?;
         }
@@ -938,8 +950,8 @@ impl Groups {
     }
 
     /// Whether group `x` has a data-movement member.
-    fn has_moves(&self, d: &Dense<'_>, x: u32) -> bool {
-        self.members(x).iter().any(|&m| d.cat[m as usize] == OpCategory::DataMovement)
+    fn has_moves(&self, x: u32) -> bool {
+        self.g[x as usize].moves
     }
 
     /// The loads of the merged row kernel `a + b`, over all its members (a merge may make a chain impure far
@@ -956,6 +968,11 @@ impl Groups {
     ) -> Result<(), Reject> {
         for &m in self.members(a).iter().chain(self.members(b)) {
             let load = d.cat[m as usize] == OpCategory::DataMovement;
+            // A member that moves no data and reads no moved data has nothing to check (the rules below need
+            // one or the other): most members, skipped without reading their operands.
+            if !load && !d.is(m, READS_MOVE) {
+                continue;
+            }
             if load && Self::row_selection(d, dom, m, inside) {
                 continue;
             }
@@ -1212,7 +1229,7 @@ pub(super) fn is_operand_layout(d: &Dense<'_>, p: u32, x: u32) -> bool {
     let Op::Transpose { perm } = d.op(p) else {
         return false;
     };
-    let (&[t], true) = (d.outputs(p), matches!(d.op(x), Op::MatMul | Op::Gemm { .. })) else {
+    let (&[t], true) = (d.outputs(p), d.is(x, PRODUCT)) else {
         return false;
     };
     let r = d.dims(t).len();
@@ -1248,7 +1265,7 @@ pub(super) fn is_selection(d: &Dense<'_>, i: u32) -> bool {
 /// are not products over one activation are `TwoAnchors`; products over one activation that differ otherwise
 /// say how (`NotSiblings`).
 fn siblings(d: &Dense<'_>, caps: &FusionCaps, x: u32, y: u32) -> Result<(), Reject> {
-    let product = |i: u32| matches!(d.op(i), Op::MatMul | Op::Gemm { .. }) && d.inputs(i).len() >= 2;
+    let product = |i: u32| d.is(i, PRODUCT) && d.inputs(i).len() >= 2;
     if !product(x) || !product(y) || d.root[d.inputs(x)[0] as usize] != d.root[d.inputs(y)[0] as usize] {
         return reject(RejectReason::Pattern, Why::TwoAnchors { a: x, b: y });
     }

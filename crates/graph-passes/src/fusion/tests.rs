@@ -54,3 +54,35 @@ fn rules_domain(op: &Op, dims: &[usize]) -> (Vec<usize>, Vec<usize>) {
     let dom = &groups.domains[groups.g[0].domain as usize];
     (dom.full.clone(), dom.axes.clone())
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
+
+    /// The node flags the row rules and sibling scans read instead of the graph agree with their definitions on
+    /// random DAGs (Concats, views, MatMuls): `PRODUCT` is a MatMul or Gemm, `READS_MOVE` reads a data-movement
+    /// node's result through any chain of views.
+    #[test]
+    fn dense_flags_match_the_graph(n in 2usize..300, fan_in in 1usize..5, seed in proptest::prelude::any::<u64>()) {
+        let g = graph_ir::synth::random_dag(n, fan_in, seed).unwrap();
+        let order = topo::analyse(&g).unwrap();
+        let d = dense::Dense::new(&g, &order);
+        for (i, &id) in order.order.iter().enumerate() {
+            let node = g.node(id);
+            let product = matches!(node.op, Op::MatMul | Op::Gemm { .. });
+            proptest::prop_assert_eq!(d.is(i as u32, dense::PRODUCT), product, "{}", node.name);
+            // Walk back through views to the writer of each operand's bytes.
+            let reads_move = node.inputs.iter().any(|&t| {
+                let mut t = t;
+                loop {
+                    let Some(p) = g.producer(t) else { return false };
+                    let pn = g.node(p);
+                    if !pn.op.is_view() {
+                        return pn.op.category() == graph_ir::OpCategory::DataMovement;
+                    }
+                    t = pn.inputs[0];
+                }
+            });
+            proptest::prop_assert_eq!(d.is(i as u32, dense::READS_MOVE), reads_move, "{}", node.name);
+        }
+    }
+}
