@@ -74,7 +74,7 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
         tasks.iter().enumerate().map(task).collect()
     };
     let reuse_preds = f.groups.preds_with(mem.reuse_edges.iter().map(|e| (e.from, e.to)));
-    // The energetic bound (over data and reuse edges; O(T w^2), most of the report) and, beside it, the
+    // The energetic bound (over data and reuse edges; the largest part of the report) and, beside it, the
     // simulated makespan (the plan's own steps) and the data-edge bound: independent figures, on two threads
     // once the plan is large enough to repay the hand-off.
     let energetic = || timing::dag_bound(&over(&reuse_preds), overhead_us);
