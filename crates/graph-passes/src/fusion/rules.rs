@@ -969,7 +969,7 @@ impl Groups {
         for &m in self.members(a).iter().chain(self.members(b)) {
             let load = d.cat[m as usize] == OpCategory::DataMovement;
             // A member that moves no data and reads no moved data has nothing to check (the rules below need
-            // one or the other): most members, skipped without reading their operands.
+            // one or the other): skipped on its flags, without reading its operands.
             if !load && !d.is(m, READS_MOVE) {
                 continue;
             }

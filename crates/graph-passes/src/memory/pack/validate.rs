@@ -1,8 +1,10 @@
 //! Independent validator: does an offset assignment keep every pair of time-overlapping buffers apart in space?
 //!
 //! It shares nothing with the packer but the [`Buffer`] type: a sweep over time (ends before starts at equal times,
-//! since lifetimes are half-open) keeps the live buffers in an ordered map keyed by offset; a new buffer can only
-//! collide with its neighbours in that map, so each insertion is O(log n) and the whole check O(n log n).
+//! since lifetimes are half-open) keeps the live buffers in an ordered map keyed by offset. The live ranges are
+//! disjoint (the sweep stops at the first collision), so a new range `[offset, end)` meets one of them exactly
+//! when it meets the live range starting last below `end` (any range it meets starts below `end`, and of
+//! disjoint ranges the one starting later also ends later): one query per insertion, O(n log n) in all.
 //! Sizes are the buffers' own (unaligned) sizes: the check is about real bytes, not about padding.
 
 use std::collections::BTreeMap;
@@ -73,8 +75,10 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
     if buffers.len() != offsets.len() {
         return Err(PackViolation::LengthMismatch { buffers: buffers.len(), offsets: offsets.len() });
     }
-    // Events: (time, kind, index) with kind 0 = end, 1 = start, so that at equal times ends come first.
-    let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(2 * buffers.len());
+    // Events: (time, kind, index) with kind 0 = end, 1 = start, so that at equal times ends come first; packed into
+    // one integer each (time, then kind, then index), which sorts in that order.
+    let event = |time: u64, kind: u8, index: usize| (u128::from(time) << 64) | (u128::from(kind) << 63) | index as u128;
+    let mut events: Vec<u128> = Vec::with_capacity(2 * buffers.len());
     let mut ends = vec![0u64; buffers.len()];
     for (index, (b, &offset)) in buffers.iter().zip(offsets).enumerate() {
         if b.lower >= b.upper {
@@ -83,8 +87,8 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
         let end = offset.checked_add(b.size).ok_or(PackViolation::Overflow { index, offset, size: b.size })?;
         ends[index] = end;
         if b.size > 0 {
-            events.push((b.lower, 1, index));
-            events.push((b.upper, 0, index));
+            events.push(event(b.lower, 1, index));
+            events.push(event(b.upper, 0, index));
         }
     }
     events.sort_unstable();
@@ -92,18 +96,17 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
     // Live byte ranges keyed by offset; ranges in the map never overlap (we stop at the first collision), so
     // distinct live buffers have distinct offsets.
     let mut live: BTreeMap<u64, usize> = BTreeMap::new();
-    for &(time, kind, index) in &events {
+    for &e in &events {
+        let (time, start, index) = ((e >> 64) as u64, (e >> 63) & 1 == 1, (e as u64 & (u64::MAX >> 1)) as usize);
         let offset = offsets[index];
-        if kind == 0 {
+        if !start {
             live.remove(&offset);
             continue;
         }
         let end = ends[index];
-        let below = live.range(..=offset).next_back();
-        let above = live.range(offset..).next();
-        for (&other_offset, &other) in below.into_iter().chain(above) {
+        if let Some((&other_offset, &other)) = live.range(..end).next_back() {
             let other_end = ends[other];
-            if other_offset < end && offset < other_end {
+            if offset < other_end {
                 return Err(PackViolation::Overlap {
                     first: other,
                     second: index,
