@@ -362,12 +362,15 @@ impl Pass<'_, '_> {
                 out.dedup_by_key(|p| p.0);
                 pairs.extend(out.iter().map(|&(y, m, c)| (x, y, m, c)));
             }
-            let mut cands: Vec<(Reverse<i64>, u32, u32, u32, u32)> = Vec::new();
+            // Best score first, then by the consumer's and the producer's lowest member: one integer key per
+            // candidate (distinct, as groups' lowest members are), which sorts faster than the tuple it encodes.
+            let mut cands: Vec<(u128, u32, u32)> = Vec::new();
             for &(x, y, m, c) in &pairs {
                 match self.groups.structural(d, &self.opts.caps, x, y) {
                     Ok(_) => {
                         let s = self.model.score(d, &self.groups, x, y);
-                        cands.push((Reverse(s), self.groups.g[y as usize].lo, self.groups.g[x as usize].lo, m, c));
+                        let (ly, lx) = (self.groups.g[y as usize].lo, self.groups.g[x as usize].lo);
+                        cands.push((candidate_key(s, ly, lx), m, c));
                     }
                     Err((reason, why)) => {
                         let v =
@@ -376,9 +379,9 @@ impl Pass<'_, '_> {
                     }
                 }
             }
-            cands.sort_unstable();
+            cands.sort_unstable_by_key(|e| e.0);
             let mut merged_any = false;
-            for (_, _, _, m, c) in cands {
+            for (_, m, c) in cands {
                 let (x, y) = (self.groups.owner[m as usize], self.groups.owner[c as usize]);
                 if x == y {
                     continue;
@@ -657,6 +660,14 @@ impl Pass<'_, '_> {
 }
 
 /// Positions of the non-view nodes reading any of `ts` (tensor indices) or a view of them.
+/// The order of a phase-2 candidate as one integer: score descending, then the consumer group's and the producer
+/// group's lowest member positions ascending (the order of `(Reverse(score), lo_y, lo_x)`).
+pub(super) fn candidate_key(score: i64, lo_y: u32, lo_x: u32) -> u128 {
+    // The score's bits with the sign flipped order like the score; complemented, they order descending.
+    let descending = !((score as u64) ^ (1 << 63));
+    (u128::from(descending) << 64) | (u128::from(lo_y) << 32) | u128::from(lo_x)
+}
+
 fn view_readers<'a>(d: &'a Dense<'_>, order: &'a TopoOrder, ts: &[u32]) -> impl Iterator<Item = u32> + 'a {
     let mut out = Vec::new();
     let mut stack: Vec<u32> = ts.to_vec();
@@ -725,7 +736,8 @@ fn assemble(
             }
         }
     }
-    edges.sort_unstable();
+    // Successors per group, by a counting sort on the writer: the edges came in reader order and each pair once,
+    // so each group's successors are in increasing order.
     let mut soff = vec![0usize; k + 1];
     for &(w, _) in &edges {
         soff[w as usize + 1] += 1;
@@ -733,7 +745,13 @@ fn assemble(
     for g in 0..k {
         soff[g + 1] += soff[g];
     }
-    let succ = |g: u32| edges[soff[g as usize]..soff[g as usize + 1]].iter().map(|e| e.1);
+    let mut targets = vec![0u32; edges.len()];
+    let mut at = soff.clone();
+    for &(w, g) in &edges {
+        targets[at[w as usize]] = g;
+        at[w as usize] += 1;
+    }
+    let succ = |g: u32| targets[soff[g as usize]..soff[g as usize + 1]].iter().copied();
     let first: Vec<u32> = (0..k as u32).map(|g| mem(g).first().copied().unwrap_or(0)).collect();
     let mut ready: BinaryHeap<Reverse<(u32, u32)>> =
         (0..k as u32).filter(|&g| indeg[g as usize] == 0).map(|g| Reverse((first[g as usize], g))).collect();

@@ -86,3 +86,21 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// Phase 2's integer candidate keys sort as the tuples they encode: score descending (over the whole i64
+    /// range, both signs), then the consumer's and the producer's lowest positions ascending.
+    #[test]
+    fn candidate_keys_sort_as_their_tuples(
+        a in (proptest::prelude::any::<i64>(), proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+        b in (proptest::prelude::any::<i64>(), proptest::prelude::any::<u32>(), proptest::prelude::any::<u32>()),
+        near in -3i64..3,
+    ) {
+        use std::cmp::Reverse;
+        for (x, y) in [(a, b), (a, (a.0.saturating_add(near), b.1, b.2)), (a, (a.0, a.1, b.2))] {
+            let tuples = (Reverse(x.0), x.1, x.2).cmp(&(Reverse(y.0), y.1, y.2));
+            let keys = build::candidate_key(x.0, x.1, x.2).cmp(&build::candidate_key(y.0, y.1, y.2));
+            proptest::prop_assert_eq!(tuples, keys, "{:?} vs {:?}", x, y);
+        }
+    }
+}
