@@ -53,8 +53,22 @@ pub struct ConcatSlot {
     pub offset: u64,
 }
 
-/// A refusal: the reason, the tensor at fault (when one input is) and the specifics.
+/// A refusal: the reason, the tensor at fault (when one input is) and the specifics (empty unless decisions are
+/// recorded).
 type Refusal = (RejectReason, Option<TensorId>, String);
+
+/// A refusal's specifics, formatted only when decisions are recorded (`words`): a plan build never reads them, and
+/// on a graph with many refused Concats the formatting cost more than the checks (random_dag 100k: a third of the
+/// candidates' time).
+macro_rules! why {
+    ($words:expr, $($fmt:tt)+) => {
+        if $words {
+            format!($($fmt)+)
+        } else {
+            String::new()
+        }
+    };
+}
 
 /// The Concats that can be eliminated, decided before the fusion phases from the graph alone (every condition
 /// of the module docs but the last, which the phases guarantee by never merging a pinned Concat's group), with
@@ -71,14 +85,21 @@ impl Candidates {
     /// The candidates of `graph` with slots at multiples of `alignment` (the slot alignment; type docs), those
     /// that would raise the memory bound of the node order left out ([`memory_filter`]; `buffer_alignment`: the
     /// plan's allocation alignment).
-    pub fn new(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, buffer_alignment: u64) -> Candidates {
-        let mut c = Candidates::by_layout(graph, order, alignment);
-        memory_filter(graph, order, buffer_alignment, &mut c);
+    /// `words`: whether the refusals carry their specifics (only recorded decisions show them).
+    pub fn new(
+        graph: &ComputeGraph,
+        order: &TopoOrder,
+        alignment: u64,
+        buffer_alignment: u64,
+        words: bool,
+    ) -> Candidates {
+        let mut c = Candidates::by_layout(graph, order, alignment, words);
+        memory_filter(graph, order, buffer_alignment, &mut c, words);
         c
     }
 
     /// The candidates by the layout, input and output conditions alone.
-    fn by_layout(graph: &ComputeGraph, order: &TopoOrder, alignment: u64) -> Candidates {
+    fn by_layout(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, words: bool) -> Candidates {
         let a = alignment.max(1);
         let mut placed: SecondaryMap<NodeId, Vec<(TensorId, u64)>> = SecondaryMap::new();
         let mut refused: SecondaryMap<NodeId, Refusal> = SecondaryMap::new();
@@ -87,7 +108,7 @@ impl Candidates {
             if !matches!(graph.node(n).op, Op::Concat { .. }) {
                 continue;
             }
-            match check(graph, order, &taken, n, a) {
+            match check(graph, order, &taken, n, a, words) {
                 Ok(p) => {
                     for &(t, _) in &p {
                         taken.insert(t, ());
@@ -116,7 +137,7 @@ impl Candidates {
 /// still checks (`memory::concat_bound`, and a plan without eliminations when they raise it). All or none, as
 /// that check decides: the proxy only spares the driver a second fusion run where the eliminations will not be
 /// kept. O(N + E): range adds into a difference array, two prefix sweeps.
-fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mut Candidates) {
+fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mut Candidates, words: bool) {
     if c.placed.is_empty() {
         return;
     }
@@ -170,7 +191,8 @@ fn memory_filter(graph: &ComputeGraph, order: &TopoOrder, alignment: u64, c: &mu
         return;
     }
     let count = c.placed.len();
-    let why = format!(
+    let why = why!(
+        words,
         "eliminating the {count} eligible Concats would raise the memory bound of the node order from {bound} to \
          {with} bytes (each output live from its first input's producer on)"
     );
@@ -281,33 +303,40 @@ fn check(
     taken: &SecondaryMap<TensorId, ()>,
     n: NodeId,
     a: u64,
+    words: bool,
 ) -> Result<Vec<(TensorId, u64)>, Refusal> {
     let node = graph.node(n);
-    let Op::Concat { axis } = node.op else { return Err((RejectReason::Pattern, None, "not a Concat".into())) };
-    let Some(&o) = node.outputs.first() else { return Err((RejectReason::ConcatOutput, None, "no output".into())) };
+    let Op::Concat { axis } = node.op else { return Err((RejectReason::Pattern, None, why!(words, "not a Concat"))) };
+    let Some(&o) = node.outputs.first() else {
+        return Err((RejectReason::ConcatOutput, None, why!(words, "no output")));
+    };
     let out = graph.tensor(o);
     if out.role != TensorRole::Intermediate || family_has_output(graph, o) {
-        return Err((RejectReason::ConcatOutput, None, "the output (or a view of it) is a graph output".into()));
+        return Err((RejectReason::ConcatOutput, None, why!(words, "the output (or a view of it) is a graph output")));
     }
     if graph.consumers(o).is_empty() {
-        return Err((RejectReason::ConcatOutput, None, "the output is never read".into()));
+        return Err((RejectReason::ConcatOutput, None, why!(words, "the output is never read")));
     }
     if taken.contains_key(o) {
-        return Err((RejectReason::ConcatOutput, None, "the output is itself a slot of an eliminated Concat".into()));
+        return Err((
+            RejectReason::ConcatOutput,
+            None,
+            why!(words, "the output is itself a slot of an eliminated Concat"),
+        ));
     }
     if node.inputs.len() < 2 {
-        return Err((RejectReason::ConcatInput, None, "fewer than two inputs".into()));
+        return Err((RejectReason::ConcatInput, None, why!(words, "fewer than two inputs")));
     }
     let rank = out.shape.rank();
     let ax = if axis < 0 { axis + rank as i64 } else { axis };
     if ax < 0 || ax as usize >= rank {
-        return Err((RejectReason::ConcatLayout, None, format!("axis {axis} out of range for rank {rank}")));
+        return Err((RejectReason::ConcatLayout, None, why!(words, "axis {axis} out of range for rank {rank}")));
     }
     if let Some((i, &d)) = out.shape.dims()[..ax as usize].iter().enumerate().find(|(_, &d)| d != 1) {
         return Err((
             RejectReason::ConcatLayout,
             None,
-            format!("dim {i} before axis {ax} has extent {d}: each input's slice is strided, not one byte range"),
+            why!(words, "dim {i} before axis {ax} has extent {d}: each input's slice is strided, not one byte range"),
         ));
     }
     // Position (in `order`) of the output's last reader: a slot read later would keep the whole output live.
@@ -319,37 +348,43 @@ fn check(
         let tensor = graph.tensor(t);
         let bad = |why: String| Err((RejectReason::ConcatInput, Some(t), why));
         if tensor.role != TensorRole::Intermediate {
-            let role = format!("{:?}", tensor.role).to_lowercase();
-            return bad(format!("input '{}' is a graph {role}", tensor.name));
+            return bad(why!(
+                words,
+                "input '{}' is a graph {}",
+                tensor.name,
+                format!("{:?}", tensor.role).to_lowercase()
+            ));
         }
         if node.inputs[..k].contains(&t) {
-            return bad(format!("input '{}' fills two slots", tensor.name));
+            return bad(why!(words, "input '{}' fills two slots", tensor.name));
         }
         if taken.contains_key(t) {
-            return bad(format!("input '{}' already has a slot in another Concat", tensor.name));
+            return bad(why!(words, "input '{}' already has a slot in another Concat", tensor.name));
         }
-        let Some(p) = graph.producer(t) else { return bad(format!("input '{}' has no producer", tensor.name)) };
+        let Some(p) = graph.producer(t) else { return bad(why!(words, "input '{}' has no producer", tensor.name)) };
         let pnode = graph.node(p);
         if pnode.op.is_view() || matches!(pnode.op, Op::Concat { .. }) {
-            return bad(format!("input '{}' is made by a {} (an alias)", tensor.name, pnode.op.name()));
+            return bad(why!(words, "input '{}' is made by a {} (an alias)", tensor.name, pnode.op.name()));
         }
         let kind = GroupKind::of(pnode.op.category());
         if matches!(kind, GroupKind::Copy | GroupKind::Custom) {
-            return bad(format!("input '{}' is written by a {} step", tensor.name, kind.name()));
+            return bad(why!(words, "input '{}' is written by a {} step", tensor.name, kind.name()));
         }
         if family_has_output(graph, t) {
-            return bad(format!("a view of input '{}' is a graph output", tensor.name));
+            return bad(why!(words, "a view of input '{}' is a graph output", tensor.name));
         }
         let readers = family_readers(graph, t);
         if readers.iter().all(|&r| r == n) && !rooted_in_compute(graph, p) {
-            return bad(format!(
+            return bad(why!(
+                words,
                 "input '{}' is read only here and computed from graph sources by loop ops only: its producer \
                  joins the Concat's kernel, and eliminating the Concat would launch it alone",
                 tensor.name
             ));
         }
         if let Some(r) = readers.into_iter().find(|&r| r != n && pos(r) > last_read) {
-            return bad(format!(
+            return bad(why!(
+                words,
                 "input '{}' is read by '{}' after the output's last reader (the whole output would stay live)",
                 tensor.name,
                 graph.node(r).name
@@ -359,7 +394,8 @@ fn check(
             return Err((
                 RejectReason::ConcatLayout,
                 Some(t),
-                format!(
+                why!(
+                    words,
                     "slice of '{}' would start at byte {offset}, not a multiple of the slot alignment {a}",
                     tensor.name
                 ),
@@ -369,7 +405,7 @@ fn check(
         offset = offset.saturating_add(tensor.size_bytes() as u64);
     }
     if offset != out.size_bytes() as u64 {
-        return Err((RejectReason::ConcatLayout, None, "the slices do not add up to the output".into()));
+        return Err((RejectReason::ConcatLayout, None, why!(words, "the slices do not add up to the output")));
     }
     Ok(placed)
 }

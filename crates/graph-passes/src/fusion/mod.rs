@@ -601,7 +601,7 @@ impl<'g> Fusion<'g> {
         let _span = tracing::debug_span!("fusion").entered();
         let (graph, order) = (self.graph, self.order);
         let cands = (opts.enabled && opts.caps.concat_elimination)
-            .then(|| concat::Candidates::new(graph, order, self.slot_alignment, self.alignment));
+            .then(|| concat::Candidates::new(graph, order, self.slot_alignment, self.alignment, opts.decisions));
         let mut plan = build::run(&self.start, order, opts, cands.as_ref());
         if let Some(c) = &cands {
             concat::eliminate(graph, &mut plan, c, opts.decisions);
