@@ -361,6 +361,28 @@ const ENERGY_BUDGET: usize = 1 << 24;
 /// a subset of them never summing to more), so `H(v)` is bit for bit the full computation's. On the bench
 /// families about one ancestor in fifty survives, so the cost is O(T w) where the full sums were O(T w^2).
 fn energy_bound(tasks: &[Task], overhead_us: f64, pred_start: &[usize], preds: &[u32]) -> f64 {
+    energy_bound_with(tasks, overhead_us, pred_start, preds, pruned_start)
+}
+
+/// What the energetic bound knows when it lowers task `v`'s start: launch times, areas, the window ancestors of
+/// every task (`anc[u]` bit `j`: task `u - 1 - j` is an ancestor of `u` through paths inside the window) and the
+/// start bounds `head` of the tasks before `v`.
+struct Window<'a> {
+    time: &'a [f64],
+    area: &'a [f64],
+    anc: &'a [u64],
+    head: &'a [f64],
+}
+
+/// The energetic bound's sweep: the tails, the window ancestors and each task's start bound, with `start(win, v,
+/// h)` raising `h` (the bound from `v`'s predecessors) by the terms of `v`'s window ancestors.
+fn energy_bound_with(
+    tasks: &[Task],
+    overhead_us: f64,
+    pred_start: &[usize],
+    preds: &[u32],
+    mut start: impl FnMut(&Window<'_>, usize, f64) -> f64,
+) -> f64 {
     let n = tasks.len();
     let time: Vec<f64> = tasks.iter().map(|t| t.duration_us + overhead_us).collect();
     let mut tail = time.clone();
@@ -373,7 +395,6 @@ fn energy_bound(tasks: &[Task], overhead_us: f64, pred_start: &[usize], preds: &
     }
     let w = energy_window(n);
     let area: Vec<f64> = tasks.iter().zip(&time).map(|(t, &d)| d * t.occupancy).collect();
-    // anc[v] bit j: task v - 1 - j is an ancestor of v (through paths inside the window).
     let mut anc = vec![0u64; n];
     let mut head = vec![0f64; n];
     let mut best = 0f64;
@@ -391,45 +412,52 @@ fn energy_bound(tasks: &[Task], overhead_us: f64, pred_start: &[usize], preds: &
                 }
             }
         }
-        bits &= window_mask(w);
-        anc[v] = bits;
-        // ub[j]: the term of ancestor d = v - 1 - j with every nearer window ancestor's area, summed nearest first.
-        let mut ub = [0f64; 64];
-        let mut nearer = 0f64;
-        let mut ds = bits;
-        while ds != 0 {
-            let j = ds.trailing_zeros() as usize;
-            ds &= ds - 1;
-            let d = v - 1 - j;
-            ub[j] = head[d] + time[d] + nearer;
-            nearer += area[d];
-        }
-        let mut ds = bits;
-        while ds != 0 {
-            let j = ds.trailing_zeros() as usize;
-            ds &= ds - 1;
-            if ub[j] <= h {
-                continue;
-            }
-            // The areas of the window ancestors of v that descend from d (x = v - 1 - i descends from d when bit
-            // j - i - 1 of anc[x] is set), nearest first.
-            let d = v - 1 - j;
-            let mut between = 0f64;
-            let mut xs = bits & ((1u64 << j) - 1);
-            while xs != 0 {
-                let i = xs.trailing_zeros() as usize;
-                xs &= xs - 1;
-                let x = v - 1 - i;
-                if (anc[x] >> (j - i - 1)) & 1 == 1 {
-                    between += area[x];
-                }
-            }
-            h = h.max(head[d] + time[d] + between);
-        }
+        anc[v] = bits & window_mask(w);
+        let h = start(&Window { time: &time, area: &area, anc: &anc, head: &head }, v, h);
         head[v] = h;
         best = best.max(h + tail[v]);
     }
     best
+}
+
+/// [`energy_bound`]'s start bound of task `v` from `h`, pruned (see there).
+fn pruned_start(win: &Window<'_>, v: usize, mut h: f64) -> f64 {
+    let Window { time, area, anc, head } = *win;
+    let bits = anc[v];
+    // ub[j]: the term of ancestor d = v - 1 - j with every nearer window ancestor's area, summed nearest first.
+    let mut ub = [0f64; 64];
+    let mut nearer = 0f64;
+    let mut ds = bits;
+    while ds != 0 {
+        let j = ds.trailing_zeros() as usize;
+        ds &= ds - 1;
+        let d = v - 1 - j;
+        ub[j] = head[d] + time[d] + nearer;
+        nearer += area[d];
+    }
+    let mut ds = bits;
+    while ds != 0 {
+        let j = ds.trailing_zeros() as usize;
+        ds &= ds - 1;
+        if ub[j] <= h {
+            continue;
+        }
+        // The areas of the window ancestors of v that descend from d (x = v - 1 - i descends from d when bit
+        // j - i - 1 of anc[x] is set), nearest first.
+        let d = v - 1 - j;
+        let mut between = 0f64;
+        let mut xs = bits & ((1u64 << j) - 1);
+        while xs != 0 {
+            let i = xs.trailing_zeros() as usize;
+            xs &= xs - 1;
+            let x = v - 1 - i;
+            if (anc[x] >> (j - i - 1)) & 1 == 1 {
+                between += area[x];
+            }
+        }
+        h = h.max(head[d] + time[d] + between);
+    }
+    h
 }
 
 /// The window of [`energy_bound`] over `n` tasks: at most 64, and `n w^2 <= ENERGY_BUDGET`.
@@ -713,51 +741,25 @@ mod tests {
     }
 
     /// The energetic bound without pruning: every window ancestor's sum is taken (the reference for
-    /// [`energy_bound`]; the algorithm before the pruning, bit loops only).
+    /// [`energy_bound`], on the same sweep; the algorithm before the pruning, bit loops only).
     fn energy_bound_full(tasks: &[Task], overhead_us: f64, pred_start: &[usize], preds: &[u32]) -> f64 {
-        let n = tasks.len();
-        let time: Vec<f64> = tasks.iter().map(|t| t.duration_us + overhead_us).collect();
-        let mut tail = time.clone();
-        let row = |v: usize| &preds[pred_start[v]..pred_start[v + 1]];
-        for v in (0..n).rev() {
-            for &p in row(v) {
-                tail[p as usize] = tail[p as usize].max(time[p as usize] + tail[v]);
-            }
-        }
-        let w = energy_window(n);
-        let area: Vec<f64> = tasks.iter().zip(&time).map(|(t, &d)| d * t.occupancy).collect();
-        let (mut anc, mut head, mut acc, mut best) = (vec![0u64; n], vec![0f64; n], [0f64; 64], 0f64);
-        for v in 0..n {
-            let (mut h, mut bits) = (0f64, 0u64);
-            for &p in row(v) {
-                let p = p as usize;
-                h = h.max(head[p] + time[p]);
-                let dist = v - p;
-                if dist <= w {
-                    bits |= 1u64 << (dist - 1);
-                    if dist < 64 {
-                        bits |= anc[p] << dist;
-                    }
-                }
-            }
-            bits &= window_mask(w);
-            anc[v] = bits;
+        let mut acc = [0f64; 64];
+        energy_bound_with(tasks, overhead_us, pred_start, preds, |win, v, mut h| {
+            let bits = win.anc[v];
             for i in (0..64).filter(|&i| bits >> i & 1 == 1) {
                 let x = v - 1 - i;
-                let ds = if i + 1 < 64 { (anc[x] << (i + 1)) & bits } else { 0 };
+                let ds = if i + 1 < 64 { (win.anc[x] << (i + 1)) & bits } else { 0 };
                 for j in (0..64).filter(|&j| ds >> j & 1 == 1) {
-                    acc[j] += area[x];
+                    acc[j] += win.area[x];
                 }
             }
             for j in (0..64).filter(|&j| bits >> j & 1 == 1) {
                 let d = v - 1 - j;
-                h = h.max(head[d] + time[d] + acc[j]);
+                h = h.max(win.head[d] + win.time[d] + acc[j]);
                 acc[j] = 0.0;
             }
-            head[v] = h;
-            best = best.max(h + tail[v]);
-        }
-        best
+            h
+        })
     }
 
     proptest::proptest! {
