@@ -1,5 +1,5 @@
 //! The fusion pass alone on a bench family, in its own process: `cargo run --release -p cuplan-benches
-//! --example fusion_solo -- FAMILY NODES [REPS]` prints the median time of `Fusion::new` plus `analyse` (plan
+//! --example fusion_solo -- FAMILY NODES [REPS]` prints the median time of `Fusion::prepared` plus `analyse` (plan
 //! builds' options: no decisions) in milliseconds, and the last run's `FusionStats` (`dag_visits` among them).
 
 use anyhow::{bail, Context, Result};
@@ -22,7 +22,7 @@ fn main() -> Result<()> {
     let mut stats = None;
     for _ in 0..reps {
         let t0 = Instant::now();
-        let plan = graph_passes::fusion::Fusion::new(&g, &topo, &target).analyse(&opts);
+        let plan = graph_passes::fusion::Fusion::prepared(&g, &topo, &target, &opts).analyse(&opts);
         ms.push(t0.elapsed().as_secs_f64() * 1e3);
         stats = Some(plan.stats);
     }

@@ -321,7 +321,7 @@ fn fuse(
     clock: &mut PassClock,
 ) -> PlanResult<Front> {
     let (pass, fusion) = clock.run(Pass::Fusion, || {
-        let pass = fusion::Fusion::new(graph, &topo, target);
+        let pass = fusion::Fusion::prepared(graph, &topo, target, &opts.fusion);
         let plan = pass.analyse(&opts.fusion);
         (pass, plan)
     });
@@ -507,7 +507,7 @@ fn run_passes(
     }
     if stop(Pass::Fusion) && opts.order == OrderStrategy::Given {
         let (pass, mut fusion) = clock.run(Pass::Fusion, || {
-            let pass = fusion::Fusion::new(graph, &r.topo, &target);
+            let pass = fusion::Fusion::prepared(graph, &r.topo, &target, &opts.fusion);
             let plan = pass.analyse(&opts.fusion);
             (pass, plan)
         });

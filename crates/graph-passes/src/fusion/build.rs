@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use super::attention::{self, Chain, Found};
 use super::concat::Candidates;
 use super::dag::{Dag, Plan, Stop};
-use super::dense::{Dense, NONE, PRODUCT};
+use super::dense::{Dense, NONE, PRODUCT, SOFTMAX};
 use super::model::Model;
 use super::rules::{Groups, Merged, Reject, Why};
 use super::{FusedGroup, FusionDecision, FusionOptions, FusionPhase, FusionPlan, FusionStats, GroupKind, RejectReason};
@@ -229,7 +229,7 @@ impl Pass<'_, '_> {
     fn attention(&mut self) {
         let d = self.d;
         for s in 0..d.len() as u32 {
-            if !matches!(d.op(s), graph_ir::Op::Softmax { .. }) {
+            if !d.is(s, SOFTMAX) {
                 continue;
             }
             let (m1, next, reason, why) = match attention::find(d, s) {

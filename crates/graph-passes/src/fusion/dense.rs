@@ -94,6 +94,10 @@ pub(super) const READS_MOVE: u8 = 16;
 /// [`Dense::flags`] bit: a MatMul or a Gemm (a product that horizontal GEMMs and operand layouts look for; the flag
 /// spares those scans a read of the graph's node).
 pub(super) const PRODUCT: u8 = 32;
+/// [`Dense::flags`] bit: a Split (a group with one may only be an anchor's selection epilogue).
+pub(super) const SPLIT: u8 = 64;
+/// [`Dense::flags`] bit: a Softmax (where the attention phase looks for a chain).
+pub(super) const SOFTMAX: u8 = 128;
 
 /// The graph as the fusion pass sees it.
 pub(super) struct Dense<'g> {
@@ -338,7 +342,8 @@ fn op_flags(graph: &ComputeGraph, node: &graph_ir::Node, cat: OpCategory) -> u8 
     match node.op {
         Op::Cast { .. } => f |= CAST,
         Op::MatMul | Op::Gemm { .. } => f |= PRODUCT,
-        Op::Split { .. } => f |= SELECTION,
+        Op::Split { .. } => f |= SELECTION | SPLIT,
+        Op::Softmax { .. } => f |= SOFTMAX,
         Op::Gather { .. } => {
             f |= GATHER;
             // A constant scalar index picks one slice.

@@ -581,7 +581,14 @@ pub struct Fusion<'g> {
     /// The plan's allocation alignment ([`Target::alignment`]), for the Concat candidates' memory check.
     alignment: u64,
     start: build::Start<'g>,
+    /// The Concat candidates prepared with the start ([`Fusion::prepared`]) and whether their refusals carry
+    /// their specifics (`FusionOptions::decisions`); a run whose options ask for other candidates builds its own.
+    cands: Option<(bool, concat::Candidates)>,
 }
+
+/// Nodes from which [`Fusion::prepared`] builds the Concat candidates on a second thread beside the start (the
+/// two read only the graph). Below it a thread's start costs more than the overlap gains.
+const PARALLEL_START_NODES: usize = 8192;
 
 impl<'g> Fusion<'g> {
     /// Prepare the pass for `graph` in `order` on `target`.
@@ -593,17 +600,55 @@ impl<'g> Fusion<'g> {
             slot_alignment: target.slot_alignment(),
             alignment: target.alignment,
             start: build::Start::new(graph, order, target),
+            cands: None,
         }
+    }
+
+    /// [`Fusion::new`], with the Concat candidates a run under `opts` needs built once here: on a second thread
+    /// beside the start from [`PARALLEL_START_NODES`] nodes on a multi-core machine (both only read the graph).
+    /// Every run gives the same plan as after [`Fusion::new`].
+    pub fn prepared(
+        graph: &'g ComputeGraph,
+        order: &'g TopoOrder,
+        target: &Target,
+        opts: &FusionOptions,
+    ) -> Fusion<'g> {
+        if !(opts.enabled && opts.caps.concat_elimination) {
+            return Fusion::new(graph, order, target);
+        }
+        let (slot_alignment, alignment, words) = (target.slot_alignment(), target.alignment, opts.decisions);
+        let cands = || concat::Candidates::new(graph, order, slot_alignment, alignment, words);
+        let (start, cands) = if crate::multi_core() && graph.num_nodes() >= PARALLEL_START_NODES {
+            std::thread::scope(|scope| {
+                let side = scope.spawn(cands);
+                let start = {
+                    let _span = tracing::debug_span!("fusion_start").entered();
+                    build::Start::new(graph, order, target)
+                };
+                (start, side.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            })
+        } else {
+            let _span = tracing::debug_span!("fusion_start").entered();
+            (build::Start::new(graph, order, target), cands())
+        };
+        Fusion { graph, order, slot_alignment, alignment, start, cands: Some((words, cands)) }
     }
 
     /// One run of the pass under `opts`: the same plan [`analyse_for`] gives.
     pub fn analyse(&self, opts: &FusionOptions) -> FusionPlan {
         let _span = tracing::debug_span!("fusion").entered();
         let (graph, order) = (self.graph, self.order);
-        let cands = (opts.enabled && opts.caps.concat_elimination)
-            .then(|| concat::Candidates::new(graph, order, self.slot_alignment, self.alignment, opts.decisions));
-        let mut plan = build::run(&self.start, order, opts, cands.as_ref());
-        if let Some(c) = &cands {
+        let built;
+        let cands = if !(opts.enabled && opts.caps.concat_elimination) {
+            None
+        } else if let Some((_, c)) = self.cands.as_ref().filter(|(words, _)| *words == opts.decisions) {
+            Some(c)
+        } else {
+            built = concat::Candidates::new(graph, order, self.slot_alignment, self.alignment, opts.decisions);
+            Some(&built)
+        };
+        let mut plan = build::run(&self.start, order, opts, cands);
+        if let Some(c) = cands {
             concat::eliminate(graph, &mut plan, c, opts.decisions);
         }
         plan

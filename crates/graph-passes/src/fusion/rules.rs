@@ -4,7 +4,7 @@
 use graph_ir::{Op, OpCategory};
 use std::collections::HashMap;
 
-use super::dense::{Dense, CAST, GATHER, LOAD, NONE, PRODUCT, READS_MOVE, SELECTION};
+use super::dense::{Dense, CAST, GATHER, LOAD, NONE, PRODUCT, READS_MOVE, SELECTION, SPLIT};
 use super::{FusionCaps, GroupKind, RejectReason, POOL_CHAIN_MAX_WINDOW};
 
 /// The specifics of a rejection (node and tensor positions), formatted by `text` when reported.
@@ -296,8 +296,9 @@ impl Domain {
     }
 }
 
-/// A group under construction. A group that never merged is implicit: its member, inputs and escaping
-/// tensors are its node's (`members` and the lists stay empty, no allocation).
+/// A group under construction: the scalar facts every candidate check reads, kept small (48 bytes) so that a
+/// large graph's groups stay dense in cache; a merged group's lists live apart, in [`Lists`]. A group that never
+/// merged is implicit: its member, inputs and escaping tensors are its node's (no lists, no allocation).
 #[derive(Clone, Debug)]
 pub(super) struct Group {
     pub alive: bool,
@@ -307,9 +308,6 @@ pub(super) struct Group {
     /// Position of the first pool of a pool chain (`FusionCaps::pool_chain`) whose second pool is the anchor,
     /// `NONE` if none.
     pub chain: u32,
-    /// The other products of a horizontal GEMM (`FusionCaps::horizontal_gemm`): MatMuls or Gemms like `anchor`
-    /// reading its left operand with weights of one shape; empty otherwise.
-    pub siblings: Vec<u32>,
     /// Interned reduction domain, `NONE` if the group has no reduction.
     pub domain: u32,
     /// Never fuses (a multi-output op other than a Split, or a reduction whose domain is unknown).
@@ -330,20 +328,30 @@ pub(super) struct Group {
     pub loads_only: bool,
     /// Has a data-movement member (the row rules on loads apply).
     pub moves: bool,
-    /// Has merged: the lists below are authoritative.
+    /// Has merged: its lists (`Groups::lists[lists]`) are authoritative.
     pub merged: bool,
-    /// Non-view member positions (merged groups).
-    members: Vec<u32>,
-    /// Tensors the members read whose bytes another kernel (or no kernel) writes; sorted, distinct.
-    inputs: Vec<u32>,
-    /// Tensors members write that are read outside the group or are graph outputs; sorted, distinct.
-    escaping: Vec<u32>,
+    /// Index of the group's lists in `Groups::lists` (`NONE` until it first merges).
+    lists: u32,
     pub flops: u64,
     /// Lowest and highest member positions.
     pub lo: u32,
     pub hi: u32,
     /// Round of phase 2 in which the group last changed.
     pub epoch: u32,
+}
+
+/// The lists of a merged group.
+#[derive(Clone, Debug, Default)]
+struct Lists {
+    /// The other products of a horizontal GEMM (`FusionCaps::horizontal_gemm`): MatMuls or Gemms like the
+    /// anchor reading its left operand with weights of one shape; empty otherwise.
+    siblings: Vec<u32>,
+    /// Non-view member positions.
+    members: Vec<u32>,
+    /// Tensors the members read whose bytes another kernel (or no kernel) writes; sorted, distinct.
+    inputs: Vec<u32>,
+    /// Tensors members write that are read outside the group or are graph outputs; sorted, distinct.
+    escaping: Vec<u32>,
 }
 
 /// The merged figures of two groups, before deciding.
@@ -372,6 +380,8 @@ pub(super) struct Merged {
 pub(super) struct Groups {
     /// Groups, initially one per node position (views: dead placeholders).
     pub g: Vec<Group>,
+    /// The lists of the merged groups (`Group::lists`); an absorbed group's entry is emptied.
+    lists: Vec<Lists>,
     /// Group of each non-view node (`NONE` for views).
     pub owner: Vec<u32>,
     /// For a dead group: the group it merged into (`NONE` if it never lived).
@@ -425,17 +435,22 @@ impl Groups {
         for i in 0..n as u32 {
             let cat = d.cat[i as usize];
             let view = cat == OpCategory::View;
-            let split = matches!(d.op(i), Op::Split { .. });
+            let split = d.is(i, SPLIT);
             let mut opaque = d.outputs(i).len() != 1 && !split;
             if cat == OpCategory::Reduction {
                 let dom = d.inputs(i).first().and_then(|&x| Domain::of(d.op(i), d.dims(x)));
                 match dom {
                     Some(dom) => {
-                        let next = domains.len() as u32;
-                        let id = *index.entry(dom.clone()).or_insert(next);
-                        if id == next {
-                            domains.push(dom);
-                        }
+                        // Most reductions share a domain with an earlier one: look up before cloning the key.
+                        let id = match index.get(&dom) {
+                            Some(&id) => id,
+                            None => {
+                                let id = domains.len() as u32;
+                                index.insert(dom.clone(), id);
+                                domains.push(dom);
+                                id
+                            }
+                        };
                         node_domain[i as usize] = id;
                     }
                     None => opaque = true,
@@ -449,7 +464,6 @@ impl Groups {
                 kind: GroupKind::of(cat),
                 anchor: if cat == OpCategory::Anchor { i } else { NONE },
                 chain: NONE,
-                siblings: Vec::new(),
                 domain: node_domain[i as usize],
                 opaque,
                 splits: split,
@@ -461,22 +475,20 @@ impl Groups {
                 loads_only: cat != OpCategory::DataMovement || d.is(i, LOAD),
                 moves: cat == OpCategory::DataMovement,
                 merged: false,
-                members: Vec::new(),
-                inputs: Vec::new(),
-                escaping: Vec::new(),
+                lists: NONE,
                 flops: flops.get(i as usize).copied().unwrap_or(0),
                 lo: i,
                 hi: i,
                 epoch: 0,
             });
         }
-        Groups { g, owner, merged_into: vec![NONE; n], domains, node_domain }
+        Groups { g, lists: Vec::new(), owner, merged_into: vec![NONE; n], domains, node_domain }
     }
 
     pub fn members(&self, x: u32) -> &[u32] {
         let g = &self.g[x as usize];
         if g.merged {
-            &g.members
+            &self.lists[g.lists as usize].members
         } else {
             std::slice::from_ref(&g.lo)
         }
@@ -486,10 +498,20 @@ impl Groups {
         self.members(x).len()
     }
 
+    /// The other products of group `x`'s horizontal GEMM (`Lists::siblings`); empty for an unmerged group.
+    fn siblings(&self, x: u32) -> &[u32] {
+        let g = &self.g[x as usize];
+        if g.merged {
+            &self.lists[g.lists as usize].siblings
+        } else {
+            &[]
+        }
+    }
+
     pub fn inputs<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
         let g = &self.g[x as usize];
         if g.merged {
-            &g.inputs
+            &self.lists[g.lists as usize].inputs
         } else {
             d.inputs_sorted(g.lo)
         }
@@ -498,7 +520,7 @@ impl Groups {
     pub fn escaping<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
         let g = &self.g[x as usize];
         if g.merged {
-            &g.escaping
+            &self.lists[g.lists as usize].escaping
         } else {
             d.escaping(g.lo)
         }
@@ -601,15 +623,8 @@ impl Groups {
     /// Merge `a` and `b` (the larger absorbs the smaller); returns `(kept, absorbed)`.
     pub fn merge(&mut self, a: u32, b: u32, pv: Preview, m: Merged, epoch: u32) -> (u32, u32) {
         let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
-        let mut siblings = std::mem::take(&mut self.g[gone as usize].siblings);
-        if m.horizontal {
-            for x in [self.g[a as usize].anchor, self.g[b as usize].anchor] {
-                if x != m.anchor {
-                    siblings.push(x);
-                }
-            }
-        }
         let g_gone = &mut self.g[gone as usize];
+        g_gone.alive = false;
         let (lo, hi, flops, layout_only, selects, splits, loads_only, moves) = (
             g_gone.lo,
             g_gone.hi,
@@ -620,26 +635,40 @@ impl Groups {
             g_gone.loads_only,
             g_gone.moves,
         );
-        let moved = if g_gone.merged { std::mem::take(&mut g_gone.members) } else { vec![lo] };
-        g_gone.alive = false;
-        g_gone.inputs = Vec::new();
-        g_gone.escaping = Vec::new();
+        let (mut moved, mut siblings) = if g_gone.merged {
+            let l = std::mem::take(&mut self.lists[g_gone.lists as usize]);
+            (l.members, l.siblings)
+        } else {
+            (vec![lo], Vec::new())
+        };
+        if m.horizontal {
+            for x in [self.g[a as usize].anchor, self.g[b as usize].anchor] {
+                if x != m.anchor {
+                    siblings.push(x);
+                }
+            }
+        }
         for &n in &moved {
             self.owner[n as usize] = keep;
         }
         let k = &mut self.g[keep as usize];
         if !k.merged {
-            k.members = Vec::with_capacity(1 + moved.len());
-            k.members.push(k.lo);
             k.merged = true;
+            k.lists = self.lists.len() as u32;
+            let mut members = Vec::with_capacity(1 + moved.len());
+            members.push(k.lo);
+            self.lists.push(Lists { members, ..Lists::default() });
         }
-        k.members.extend_from_slice(&moved);
+        let l = &mut self.lists[k.lists as usize];
+        l.members.append(&mut moved);
+        l.siblings.append(&mut siblings);
+        l.siblings.retain(|&x| x != m.anchor);
+        l.siblings.sort_unstable();
+        l.inputs = pv.inputs;
+        l.escaping = pv.escaping;
         k.kind = m.kind;
         k.anchor = m.anchor;
         k.chain = m.chain;
-        k.siblings.append(&mut siblings);
-        k.siblings.retain(|&x| x != m.anchor);
-        k.siblings.sort_unstable();
         k.domain = m.domain;
         k.flops = k.flops.saturating_add(flops);
         k.layout_only &= layout_only;
@@ -647,8 +676,6 @@ impl Groups {
         k.moves |= moves;
         k.selects |= selects;
         k.splits |= splits;
-        k.inputs = pv.inputs;
-        k.escaping = pv.escaping;
         k.lo = k.lo.min(lo);
         k.hi = k.hi.max(hi);
         k.epoch = epoch;
@@ -779,8 +806,9 @@ impl Groups {
                 let others = [ga.anchor, gb.anchor].into_iter().filter(|&x| horizontal && x != anchor);
                 // A lone product may read a transposed operand through its layout (`is_operand_layout`) when
                 // nothing in the kernel computes the Transpose's input.
-                let lone = chain == NONE && !horizontal && ga.siblings.is_empty() && gb.siblings.is_empty();
-                for x in std::iter::once(anchor).chain(ga.siblings.iter().chain(&gb.siblings).copied()).chain(others) {
+                let (sa, sb) = (self.siblings(a), self.siblings(b));
+                let lone = chain == NONE && !horizontal && sa.is_empty() && sb.is_empty();
+                for x in std::iter::once(anchor).chain(sa.iter().chain(sb).copied()).chain(others) {
                     for &t in d.inputs(x) {
                         let p = d.kprod[t as usize];
                         if p != NONE && p != chain && inside(p) {

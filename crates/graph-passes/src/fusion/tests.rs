@@ -59,7 +59,7 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..Default::default() })]
 
     /// The node flags the row rules and sibling scans read instead of the graph agree with their definitions on
-    /// random DAGs (Concats, views, MatMuls): `PRODUCT` is a MatMul or Gemm, `READS_MOVE` reads a data-movement
+    /// random DAGs (Concats, views, MatMuls): `PRODUCT` is a MatMul or Gemm, `SPLIT` a Split, `SOFTMAX` a Softmax, `READS_MOVE` reads a data-movement
     /// node's result through any chain of views.
     #[test]
     fn dense_flags_match_the_graph(n in 2usize..300, fan_in in 1usize..5, seed in proptest::prelude::any::<u64>()) {
@@ -70,6 +70,10 @@ proptest::proptest! {
             let node = g.node(id);
             let product = matches!(node.op, Op::MatMul | Op::Gemm { .. });
             proptest::prop_assert_eq!(d.is(i as u32, dense::PRODUCT), product, "{}", node.name);
+            let split = matches!(node.op, Op::Split { .. });
+            proptest::prop_assert_eq!(d.is(i as u32, dense::SPLIT), split, "{}", node.name);
+            let softmax = matches!(node.op, Op::Softmax { .. });
+            proptest::prop_assert_eq!(d.is(i as u32, dense::SOFTMAX), softmax, "{}", node.name);
             // Walk back through views to the writer of each operand's bytes.
             let reads_move = node.inputs.iter().any(|&t| {
                 let mut t = t;
