@@ -340,6 +340,9 @@ pub(super) struct Group {
     pub epoch: u32,
 }
 
+// The candidate checks read two groups' scalar facts per pair: one cache line each (checked at compile time).
+const _: () = assert!(std::mem::size_of::<Group>() <= 48);
+
 /// The lists of a merged group.
 #[derive(Clone, Debug, Default)]
 struct Lists {
