@@ -352,7 +352,9 @@ impl Pass<'_, '_> {
                 for &m in self.groups.members(x) {
                     for &c in d.succ(m) {
                         let y = self.groups.owner[c as usize];
-                        let fresh = round == 1 || gx.epoch + 1 == round || self.groups.g[y as usize].epoch + 1 == round;
+                        let fresh = round == 1
+                            || u32::from(gx.epoch) + 1 == round
+                            || u32::from(self.groups.g[y as usize].epoch) + 1 == round;
                         if y != x && fresh {
                             out.push((y, m, c));
                         }

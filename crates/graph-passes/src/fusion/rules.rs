@@ -328,16 +328,23 @@ pub(super) struct Group {
     pub loads_only: bool,
     /// Has a data-movement member (the row rules on loads apply).
     pub moves: bool,
-    /// Has merged: its lists (`Groups::lists[lists]`) are authoritative.
-    pub merged: bool,
-    /// Index of the group's lists in `Groups::lists` (`NONE` until it first merges).
+    /// Index of the group's lists in `Groups::lists` (`NONE` until it first merges, [`Group::merged`]).
     lists: u32,
+    /// Members (the length of its member list; kept here so that the op-count cap reads no list).
+    size: u32,
     pub flops: u64,
     /// Lowest and highest member positions.
     pub lo: u32,
     pub hi: u32,
-    /// Round of phase 2 in which the group last changed.
-    pub epoch: u32,
+    /// Round of phase 2 in which the group last changed (at most `MAX_ROUNDS + 1`).
+    pub epoch: u8,
+}
+
+impl Group {
+    /// Has merged: its lists (`Groups::lists[lists]`) are authoritative.
+    pub fn merged(&self) -> bool {
+        self.lists != NONE
+    }
 }
 
 // The candidate checks read two groups' scalar facts per pair: one cache line each (checked at compile time).
@@ -477,8 +484,8 @@ impl Groups {
                 selects: is_selection(d, i),
                 loads_only: cat != OpCategory::DataMovement || d.is(i, LOAD),
                 moves: cat == OpCategory::DataMovement,
-                merged: false,
                 lists: NONE,
+                size: 1,
                 flops: flops.get(i as usize).copied().unwrap_or(0),
                 lo: i,
                 hi: i,
@@ -490,7 +497,7 @@ impl Groups {
 
     pub fn members(&self, x: u32) -> &[u32] {
         let g = &self.g[x as usize];
-        if g.merged {
+        if g.merged() {
             &self.lists[g.lists as usize].members
         } else {
             std::slice::from_ref(&g.lo)
@@ -498,13 +505,13 @@ impl Groups {
     }
 
     pub fn size(&self, x: u32) -> usize {
-        self.members(x).len()
+        self.g[x as usize].size as usize
     }
 
     /// The other products of group `x`'s horizontal GEMM (`Lists::siblings`); empty for an unmerged group.
     fn siblings(&self, x: u32) -> &[u32] {
         let g = &self.g[x as usize];
-        if g.merged {
+        if g.merged() {
             &self.lists[g.lists as usize].siblings
         } else {
             &[]
@@ -513,7 +520,7 @@ impl Groups {
 
     pub fn inputs<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
         let g = &self.g[x as usize];
-        if g.merged {
+        if g.merged() {
             &self.lists[g.lists as usize].inputs
         } else {
             d.inputs_sorted(g.lo)
@@ -522,7 +529,7 @@ impl Groups {
 
     pub fn escaping<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
         let g = &self.g[x as usize];
-        if g.merged {
+        if g.merged() {
             &self.lists[g.lists as usize].escaping
         } else {
             d.escaping(g.lo)
@@ -628,6 +635,7 @@ impl Groups {
         let (keep, gone) = if self.size(a) >= self.size(b) { (a, b) } else { (b, a) };
         let g_gone = &mut self.g[gone as usize];
         g_gone.alive = false;
+        let gone_size = g_gone.size;
         let (lo, hi, flops, layout_only, selects, splits, loads_only, moves) = (
             g_gone.lo,
             g_gone.hi,
@@ -638,7 +646,7 @@ impl Groups {
             g_gone.loads_only,
             g_gone.moves,
         );
-        let (mut moved, mut siblings) = if g_gone.merged {
+        let (mut moved, mut siblings) = if g_gone.merged() {
             let l = std::mem::take(&mut self.lists[g_gone.lists as usize]);
             (l.members, l.siblings)
         } else {
@@ -655,8 +663,7 @@ impl Groups {
             self.owner[n as usize] = keep;
         }
         let k = &mut self.g[keep as usize];
-        if !k.merged {
-            k.merged = true;
+        if !k.merged() {
             k.lists = self.lists.len() as u32;
             let mut members = Vec::with_capacity(1 + moved.len());
             members.push(k.lo);
@@ -681,7 +688,8 @@ impl Groups {
         k.splits |= splits;
         k.lo = k.lo.min(lo);
         k.hi = k.hi.max(hi);
-        k.epoch = epoch;
+        k.epoch = u8::try_from(epoch).unwrap_or(u8::MAX);
+        k.size = k.size.saturating_add(gone_size);
         self.merged_into[gone as usize] = keep;
         (keep, gone)
     }
@@ -743,7 +751,7 @@ impl Groups {
         let operand_layout = anchor != NONE
             && [(ga, gb), (gb, ga)].iter().any(|(t, other)| {
                 t.kind == GroupKind::DataMovement
-                    && !t.merged
+                    && !t.merged()
                     && other.anchor == anchor
                     && is_operand_layout(d, t.lo, anchor)
             });
