@@ -44,10 +44,9 @@ pub fn estimate_groups(
 /// Estimate a fused group's launch: its cost is the sum of its nodes' minus the traffic of intermediates that
 /// never leave the kernel; its grid follows the kernel kind (module docs).
 pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceProfile) -> (OpCost, LaunchEstimate) {
-    let mut flops = 0u64;
-    for &n in &group.nodes {
-        flops = flops.saturating_add(graph.node_cost(n).flops);
-    }
+    let flops = group
+        .flops
+        .unwrap_or_else(|| group.nodes.iter().map(|&n| graph.node_cost(n).flops).fold(0, u64::saturating_add));
     let read: u64 = input_read_bytes(graph, group).into_iter().fold(0, u64::saturating_add);
     let written: u64 = group.outputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).fold(0, u64::saturating_add);
     let cost = OpCost { flops, bytes_read: read, bytes_written: written };
@@ -310,7 +309,7 @@ mod tests {
         let kind = GroupKind::of(op.category());
         let out = g.add_node("n", op, &ins).unwrap();
         let node = g.node_id("n").unwrap();
-        let group = FusedGroup { nodes: vec![node], kind, inputs: ins, outputs: out };
+        let group = FusedGroup { nodes: vec![node], kind, inputs: ins, outputs: out, flops: None };
         (g, group)
     }
 

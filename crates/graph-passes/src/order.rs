@@ -668,6 +668,7 @@ pub fn reorder_groups(
         decisions: fusion.decisions.clone(),
         stats: fusion.stats.clone(),
         concat_slots: fusion.concat_slots.clone(),
+        unfused_bytes: fusion.unfused_bytes,
     };
     // Group order must stay topological for the later passes.
     let dag = GroupGraph::new(graph, &topo, &plan);

@@ -54,7 +54,6 @@ impl TopoOrder {
 /// Compute the stable topological order of `graph`.
 pub fn analyse(graph: &ComputeGraph) -> GraphResult<TopoOrder> {
     let _span = tracing::debug_span!("topo").entered();
-    let n = graph.num_nodes();
     let index: SecondaryMap<NodeId, u32> = graph.node_ids().enumerate().map(|(i, id)| (id, i as u32)).collect();
     let ids: Vec<NodeId> = graph.node_ids().collect();
     // Creation order is usually topological (a graph built op by op, an ONNX file in its order): then the

@@ -822,6 +822,7 @@ impl ExecutionPlan {
             order: r.order,
             max_streams: r.target.streams,
             precision: r.precision.as_ref().map_or(Default::default(), |p| p.precision),
+            unfused_bytes: fusion.unfused_bytes,
         };
         plan.stats = clock.run(Pass::Report, || crate::report::compute(graph, &plan, &facts))?;
         plan.stats.pass_ms = clock.ms;

@@ -32,6 +32,9 @@ pub(crate) struct Facts<'a> {
     pub max_streams: usize,
     /// The storage precision the graph was rewritten for.
     pub precision: graph_passes::precision::Precision,
+    /// The bytes every non-view node moves on its own, as the fusion pass found them (`FusionPlan::unfused_bytes`;
+    /// `None`: summed here).
+    pub unfused_bytes: Option<u64>,
 }
 
 /// The figures of `plan` (see the module docs); `pass_ms` is left for the driver to fill.
@@ -45,11 +48,13 @@ pub(crate) fn compute(graph: &ComputeGraph, plan: &ExecutionPlan, f: &Facts<'_>)
             bytes_moved = bytes_moved.saturating_add(2 * bytes);
         }
     }
-    let bytes_moved_unfused = graph
-        .nodes()
-        .filter(|(_, n)| n.op.category() != OpCategory::View)
-        .map(|(id, _)| graph.node_cost(id).bytes())
-        .fold(0u64, u64::saturating_add);
+    let bytes_moved_unfused = f.unfused_bytes.unwrap_or_else(|| {
+        graph
+            .nodes()
+            .filter(|(_, n)| n.op.category() != OpCategory::View)
+            .map(|(id, _)| graph.node_cost(id).bytes())
+            .fold(0u64, u64::saturating_add)
+    });
     // The plan's steps as tasks, simulated once (the makespan only: the report's bounds are those of the
     // group DAG below, so the stream-order bound `simulate` adds would be computed for nothing).
     let (tasks, _) = timing::tasks_from_steps(&plan_sim_steps(plan, device)).map_err(timing_bug)?;

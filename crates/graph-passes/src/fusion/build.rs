@@ -1,6 +1,6 @@
 //! The three phases of the pass and the final assembly of groups (module docs of `fusion`).
 
-use graph_ir::{ComputeGraph, NodeId, TensorRole};
+use graph_ir::{ComputeGraph, NodeId, OpCost, TensorRole};
 use slotmap::SecondaryMap;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -815,9 +815,18 @@ fn assemble(
                 }
             }
         }
+        let flops = nodes.iter().map(|&i| d.cost[i as usize].flops).fold(0, u64::saturating_add);
         let nodes = nodes.iter().map(|&i| d.ids[i as usize]).collect();
         let (inputs, outputs) = (inputs.as_slice().to_vec(), outputs.as_slice().to_vec());
-        groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs });
+        groups.push(FusedGroup { nodes, kind: kinds[g as usize], inputs, outputs, flops: Some(flops) });
     }
-    FusionPlan { groups, group_of, decisions, stats: FusionStats::default(), concat_slots: SecondaryMap::new() }
+    let unfused_bytes = Some(d.cost.iter().map(OpCost::bytes).fold(0, u64::saturating_add));
+    FusionPlan {
+        groups,
+        group_of,
+        decisions,
+        stats: FusionStats::default(),
+        concat_slots: SecondaryMap::new(),
+        unfused_bytes,
+    }
 }

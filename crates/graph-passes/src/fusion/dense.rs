@@ -2,7 +2,7 @@
 //! by dense index, data edges between non-view nodes looking through views, and who reads each tensor's bytes,
 //! all in flat arrays (CSR) so the pass allocates little per node.
 
-use graph_ir::{ComputeGraph, NodeId, Op, OpCategory, TensorId, TensorRole};
+use graph_ir::{ComputeGraph, NodeId, Op, OpCategory, OpCost, TensorId, TensorRole};
 use slotmap::SecondaryMap;
 
 use crate::topo::TopoOrder;
@@ -106,6 +106,9 @@ pub(super) struct Dense<'g> {
     pub ids: Vec<NodeId>,
     /// Category of each node.
     pub cat: Vec<OpCategory>,
+    /// Cost of each node (`ComputeGraph::node_cost`; views cost nothing): taken here once for the pass's
+    /// model, each group's flops and the report's unfused traffic, which would otherwise each cost every node.
+    pub cost: Vec<OpCost>,
     /// What the row rules ask of each node's op ([`LOAD`], [`CAST`], [`SELECTION`], [`GATHER`]), read once
     /// here: the rules ask it of the same nodes many times, and the graph's node table is far from the pass's.
     pub flags: Vec<u8>,
@@ -161,6 +164,7 @@ impl<'g> Dense<'g> {
         }
         dim_off.push(dim_data.len() as u32);
         let mut cat = Vec::with_capacity(n);
+        let mut cost = Vec::with_capacity(n);
         let mut flags = Vec::with_capacity(n);
         let (mut in_off, mut in_data) = (Vec::with_capacity(n + 1), Vec::new());
         let (mut out_off, mut out_data) = (Vec::with_capacity(n + 1), Vec::new());
@@ -168,6 +172,7 @@ impl<'g> Dense<'g> {
             let node = graph.node(id);
             let c = node.op.category();
             cat.push(c);
+            cost.push(if c == OpCategory::View { OpCost::default() } else { graph.node_cost(id) });
             flags.push(op_flags(graph, node, c));
             in_off.push(in_data.len() as u32);
             in_data.extend(node.inputs.iter().map(|&t| tix[t]));
@@ -236,6 +241,7 @@ impl<'g> Dense<'g> {
             graph,
             ids,
             cat,
+            cost,
             flags,
             tids,
             root,

@@ -351,6 +351,10 @@ pub struct FusedGroup {
     pub inputs: Vec<TensorId>,
     /// Tensors the group writes that outlive it (read by another group or a graph output), in production order.
     pub outputs: Vec<TensorId>,
+    /// The nodes' flops summed, as the fusion pass found them (`None` in a group built or read elsewhere:
+    /// `estimate::estimate_group` then sums the nodes' costs itself).
+    #[serde(skip)]
+    pub flops: Option<u64>,
 }
 
 /// Why two nodes (or two sibling groups) were not fused.
@@ -535,6 +539,10 @@ pub struct FusionPlan {
     /// output (`fusion/concat.rs`).
     #[serde(default, skip_serializing_if = "SecondaryMap::is_empty")]
     pub concat_slots: SecondaryMap<TensorId, ConcatSlot>,
+    /// The bytes every non-view node of the graph moves on its own (the report's unfused traffic), as the pass
+    /// found them (`None` for a plan read from JSON).
+    #[serde(skip)]
+    pub unfused_bytes: Option<u64>,
 }
 
 impl FusionPlan {

@@ -46,7 +46,7 @@ impl Model {
                 if d.is_view(i as u32) {
                     continue;
                 }
-                let cost = d.graph.node_cost(d.ids[i]);
+                let cost = d.cost[i];
                 flops[i] = cost.flops;
                 let dtype =
                     d.outputs(i as u32).first().map_or(DType::F32, |&t| d.graph.tensor(d.tids[t as usize]).dtype);

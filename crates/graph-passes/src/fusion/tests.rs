@@ -108,3 +108,39 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// The figures the pass takes from its own node costs are the ones the graph gives: each group's flops is
+    /// the sum of its nodes' (what `estimate::estimate_group` sums without them, so the estimates are equal),
+    /// and the unfused traffic is every non-view node's bytes, on random DAGs with and without Concat
+    /// elimination and at one and four streams (the cost model reads the same costs at four).
+    #[test]
+    fn cached_costs_are_the_graphs(n in 2usize..300, fan_in in 1usize..5, seed in proptest::prelude::any::<u64>()) {
+        let g = graph_ir::synth::random_dag(n, fan_in, seed).unwrap();
+        let order = topo::analyse(&g).unwrap();
+        let unfused = g
+            .nodes()
+            .filter(|(_, node)| node.op.category() != graph_ir::OpCategory::View)
+            .map(|(id, _)| g.node_cost(id).bytes())
+            .fold(0u64, u64::saturating_add);
+        let device = crate::device::DeviceProfile::h200();
+        for (streams, concat) in [(1, true), (4, true), (4, false)] {
+            let target = crate::target::Target { streams, ..Default::default() };
+            let mut opts = FusionOptions::default();
+            opts.caps.concat_elimination = concat;
+            let p = analyse_for(&g, &order, &opts, &target);
+            proptest::prop_assert_eq!(p.unfused_bytes, Some(unfused));
+            for group in &p.groups {
+                let flops = group.nodes.iter().map(|&id| g.node_cost(id).flops).fold(0u64, u64::saturating_add);
+                proptest::prop_assert_eq!(group.flops, Some(flops));
+                let recomputed = FusedGroup { flops: None, ..group.clone() };
+                let (a, b) = (
+                    crate::estimate::estimate_group(&g, group, &device),
+                    crate::estimate::estimate_group(&g, &recomputed, &device),
+                );
+                proptest::prop_assert_eq!(a.0, b.0);
+                proptest::prop_assert_eq!(a.1.time_us.to_bits(), b.1.time_us.to_bits());
+            }
+        }
+    }
+}
