@@ -16,7 +16,8 @@
 //! at most a few slots per neighbour, the units already swept and a window of later ones stay counted per slot,
 //! and a revisit costs O(slots) plus the units its window gains or loses, with no sort.
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::ids::GroupId;
 use crate::interval::Interval;
@@ -146,10 +147,11 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     let mut by_start: Vec<usize> = (0..n).collect();
     by_start.sort_by_key(|&i| (units[i].live.start, i));
     let mut map = AddressMap::default();
-    // Units already swept that may still be live, `(end, unit)`, in no order: a unit whose end has passed
-    // stays until the next revisit drops it, since start steps only grow. Only the set of neighbours matters,
-    // not its order (their ranges are sorted by address below).
-    let mut active: Vec<(u32, usize)> = Vec::new();
+    // Units already swept that may still be live, `(end, unit)`, earliest end first: a unit whose end has
+    // passed stays until the next revisit pops it (start steps only grow), so a revisit drops the ended ones
+    // without walking the live ones. Only the set of neighbours matters, not its order (their ranges are
+    // counted per slot or sorted by address below).
+    let mut active: BinaryHeap<Reverse<(u32, usize)>> = BinaryHeap::new();
     let mut stats = PreferStats::default();
     let mut work_left = budget;
     // The active units' byte ranges are also kept as coverage changes per slot (`Gaps`), where the layout
@@ -179,12 +181,13 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             stats.revisited += 1;
             // Every unit live at the same time as this one: the active ones (dropping those that ended) and the
             // later ones that start before it ends (a prefix of the rest, by start).
-            active.retain(|&(e, j)| {
-                if e <= start {
-                    free.cover(range(&units[j]), -1);
+            while let Some(&Reverse((e, j))) = active.peek() {
+                if e > start {
+                    break;
                 }
-                e > start
-            });
+                active.pop();
+                free.cover(range(&units[j]), -1);
+            }
             let later_end = k + 1 + by_start[k + 1..].partition_point(|&j| units[j].live.start < end);
             let later = &by_start[k + 1..later_end];
             let neighbours = (active.len() + later.len()).min(MAX_NEIGHBOURS + 1);
@@ -200,7 +203,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
                 let gaps = if free.counts(neighbours) {
                     free.counted()
                 } else {
-                    free.sorted(active.iter().map(|&(_, j)| j).chain(later.iter().copied()).map(|j| range(&units[j])))
+                    free.sorted(active.iter().map(|r| r.0 .1).chain(later.iter().copied()).map(|j| range(&units[j])))
                 };
                 let mut best: Option<(u64, u64)> = None; // (gap length, offset)
                 for &(lo, hi) in gaps.iter().filter(|&&(lo, hi)| hi - lo >= size).take(MAX_GAPS) {
@@ -223,7 +226,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
         }
         map.occupy(units[i].offset, units[i].offset + size, i as u32, &mut scratch_d, &mut scratch_s);
         free.cover(range(&units[i]), 1);
-        active.push((end, i));
+        active.push(Reverse((end, i)));
     }
     stats
 }
