@@ -96,7 +96,8 @@ pub(super) fn run(
         dag: None,
         budget_left: GLOBAL_BUDGET_PER_ITEM.saturating_mul(items).saturating_add(1 << 16),
         verdicts: Vec::new(),
-        edge_verdict: vec![NONE; d.num_edges()],
+        // Verdicts only become decisions: without them nothing is kept (`Pass::verdict`).
+        edge_verdict: vec![NONE; if opts.decisions { d.num_edges() } else { 0 }],
         horizontal: Vec::new(),
         stats: FusionStats::default(),
         edges_scratch: Vec::new(),
@@ -129,14 +130,29 @@ pub(super) fn run(
 }
 
 impl Pass<'_, '_> {
+    /// Keep `v` and return its index; without decisions nothing reads verdicts (`finish` makes no decisions),
+    /// so none is kept and the index is `NONE` (one verdict per edge of a large graph, grown one by one).
     fn verdict(&mut self, v: Verdict) -> u32 {
+        if !self.opts.decisions {
+            return NONE;
+        }
         self.verdicts.push(v);
         (self.verdicts.len() - 1) as u32
+    }
+
+    /// Give edge `e` verdict `k` (nothing without decisions: `Pass::verdict`).
+    fn mark_edge(&mut self, e: usize, k: u32) {
+        if let Some(slot) = self.edge_verdict.get_mut(e) {
+            *slot = k;
+        }
     }
 
     /// Set edge `e`'s verdict, unless it already has one with the same reason (the first phase to decide) or an
     /// attention verdict (the more specific reason: why the whole chain did not become one kernel).
     fn set_edge(&mut self, e: usize, v: u32) {
+        if !self.opts.decisions {
+            return;
+        }
         let old = self.edge_verdict[e];
         if old != NONE && self.verdicts[old as usize].phase == FusionPhase::Attention {
             return;
@@ -219,7 +235,7 @@ impl Pass<'_, '_> {
             };
             let k = self.verdict(v);
             for e in d.edges(p) {
-                self.edge_verdict[e] = k;
+                self.mark_edge(e, k);
             }
         }
     }
@@ -257,7 +273,7 @@ impl Pass<'_, '_> {
             let k =
                 self.verdict(Verdict { reason: Some(reason), phase: FusionPhase::Attention, score: 0, why: Some(why) });
             if let Some(e) = d.edge(m1, next) {
-                self.edge_verdict[e] = k;
+                self.mark_edge(e, k);
             }
         }
     }
@@ -328,7 +344,8 @@ impl Pass<'_, '_> {
         if let Some(why) = self.model.loses_concurrency(d, &self.groups, pg, cg, &pv) {
             return Err((RejectReason::LosesConcurrency, why));
         }
-        let score = self.model.score(d, &self.groups, pg, cg);
+        // The score only goes into the decision (phase 1 merges whatever is legal).
+        let score = if self.opts.decisions { self.model.score(d, &self.groups, pg, cg) } else { 0 };
         self.groups.merge(pg, cg, pv, merged, 0);
         Ok(score)
     }
@@ -341,7 +358,8 @@ impl Pass<'_, '_> {
             self.stats.multi_output_rounds += 1;
             // One candidate per (producer group, consumer group), named by its first edge: each producer's
             // edges sorted on their own (a few each, not one sort of every edge of the graph).
-            let mut pairs: Vec<(u32, u32, u32, u32)> = Vec::new();
+            // At most one per edge: sized once, not grown through copies of a large graph's list.
+            let mut pairs: Vec<(u32, u32, u32, u32)> = Vec::with_capacity(d.num_edges());
             let mut out: Vec<(u32, u32, u32)> = Vec::new();
             for x in 0..self.groups.g.len() as u32 {
                 let gx = &self.groups.g[x as usize];
@@ -366,7 +384,7 @@ impl Pass<'_, '_> {
             }
             // Best score first, then by the consumer's and the producer's lowest member: one integer key per
             // candidate (distinct, as groups' lowest members are), which sorts faster than the tuple it encodes.
-            let mut cands: Vec<(u128, u32, u32)> = Vec::new();
+            let mut cands: Vec<(u128, u32, u32)> = Vec::with_capacity(pairs.len());
             for &(x, y, m, c) in &pairs {
                 match self.groups.structural(d, &self.opts.caps, x, y) {
                     Ok(_) => {
@@ -395,7 +413,7 @@ impl Pass<'_, '_> {
                         let k =
                             self.verdict(Verdict { reason: None, phase: FusionPhase::MultiOutput, score, why: None });
                         if let Some(e) = d.edge(m, c) {
-                            self.edge_verdict[e] = k;
+                            self.mark_edge(e, k);
                         }
                     }
                     Err((reason, score, why)) => {

@@ -339,12 +339,22 @@ impl Dag {
             l.merge(keep as usize, gone as usize);
         }
         // Adjacency of the merged group; neighbours keep stale ids, resolved on read.
-        let mut s = std::mem::take(&mut self.succ[gone as usize]);
-        s.append(&mut self.succ[keep as usize]);
+        let s = Self::joined(&mut self.succ, keep, gone);
         self.succ[keep as usize] = Self::clean(groups, s, keep);
-        let mut p = std::mem::take(&mut self.pred[gone as usize]);
-        p.append(&mut self.pred[keep as usize]);
+        let p = Self::joined(&mut self.pred, keep, gone);
         self.pred[keep as usize] = Self::clean(groups, p, keep);
+    }
+
+    /// The lists of `keep` and `gone` taken and joined, the shorter appended to the longer (whose allocation
+    /// then usually holds both); `clean` sorts them, so the order does not matter.
+    fn joined(lists: &mut [Vec<u32>], keep: u32, gone: u32) -> Vec<u32> {
+        let mut a = std::mem::take(&mut lists[keep as usize]);
+        let mut b = std::mem::take(&mut lists[gone as usize]);
+        if a.len() < b.len() {
+            std::mem::swap(&mut a, &mut b);
+        }
+        a.append(&mut b);
+        a
     }
 
     fn clean(groups: &Groups, mut v: Vec<u32>, me: u32) -> Vec<u32> {
