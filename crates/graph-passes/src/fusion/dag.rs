@@ -64,9 +64,54 @@ fn through(labels: &Labels, groups: &Groups, x: u32, y: u32) -> Option<u32> {
     labels.between(x as usize, y as usize).map(|b| groups.resolve(labels.mark(b))).find(|&z| z != x && z != y)
 }
 
+/// Adjacency lists: as `Dag::new` built them, in one array (no allocation per group: a large graph has a
+/// hundred thousand, allocated and freed one by one); a merged group's list is then held on its own.
+struct Adj {
+    off: Vec<u32>,
+    data: Vec<u32>,
+    /// The list of each group changed by a merge (`None`: its row of `data`).
+    own: Vec<Option<Vec<u32>>>,
+}
+
+impl Adj {
+    /// Rows `rows(g, push)` in group order.
+    fn build(n: usize, mut rows: impl FnMut(u32, &mut Vec<u32>)) -> Adj {
+        let (mut off, mut data) = (Vec::with_capacity(n + 1), Vec::new());
+        for g in 0..n as u32 {
+            off.push(data.len() as u32);
+            rows(g, &mut data);
+        }
+        off.push(data.len() as u32);
+        Adj { off, data, own: vec![None; n] }
+    }
+
+    fn row(&self, g: u32) -> &[u32] {
+        match &self.own[g as usize] {
+            Some(v) => v,
+            None => &self.data[self.off[g as usize] as usize..self.off[g as usize + 1] as usize],
+        }
+    }
+
+    /// Group `g`'s list, taken (it is left empty), with room for `extra` more.
+    fn take(&mut self, g: u32, extra: usize) -> Vec<u32> {
+        match std::mem::replace(&mut self.own[g as usize], Some(Vec::new())) {
+            Some(mut v) => {
+                v.reserve(extra);
+                v
+            }
+            None => {
+                let row = &self.data[self.off[g as usize] as usize..self.off[g as usize + 1] as usize];
+                let mut v = Vec::with_capacity(row.len() + extra);
+                v.extend_from_slice(row);
+                v
+            }
+        }
+    }
+}
+
 pub(super) struct Dag {
-    succ: Vec<Vec<u32>>,
-    pred: Vec<Vec<u32>>,
+    succ: Adj,
+    pred: Adj,
     /// Per group: its position in the topological order and the search marks, side by side (a search visits
     /// groups at random on a large graph: one cache line per visit, not three).
     at: Vec<At>,
@@ -92,37 +137,49 @@ impl Dag {
     /// [`Dag::new`], with landmark labels when the DAG has at least `label_min` groups.
     fn with_labels_from(d: &Dense<'_>, groups: &Groups, label_min: usize) -> Dag {
         let n = groups.g.len();
-        let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
-        // Successor lists at their exact size (one allocation each, built in one scratch list), then the
-        // predecessor lists sized by the in-degrees they imply.
-        let mut s: Vec<u32> = Vec::new();
+        // Successor lists in one array, then the predecessor lists from the in-degrees they imply (each row in
+        // increasing group order, as the successor rows are visited).
         let mut indeg = vec![0u32; n];
-        for gi in 0..n as u32 {
+        let succ = Adj::build(n, |gi, data| {
             if !groups.g[gi as usize].alive {
-                continue;
+                return;
             }
-            s.clear();
+            let start = data.len();
             for &m in groups.members(gi) {
                 for &c in d.succ(m) {
                     let h = groups.owner[c as usize];
                     if h != gi {
-                        s.push(h);
+                        data.push(h);
                     }
                 }
             }
-            s.sort_unstable();
-            s.dedup();
-            for &h in &s {
+            data[start..].sort_unstable();
+            let mut k = start;
+            for i in start..data.len() {
+                if i == start || data[i] != data[k - 1] {
+                    data[k] = data[i];
+                    k += 1;
+                }
+            }
+            data.truncate(k);
+            for &h in &data[start..] {
                 indeg[h as usize] += 1;
             }
-            succ[gi as usize] = s.as_slice().to_vec();
+        });
+        let mut off = Vec::with_capacity(n + 1);
+        off.push(0u32);
+        for &k in &indeg {
+            off.push(off[off.len() - 1] + k);
         }
-        let mut pred: Vec<Vec<u32>> = indeg.iter().map(|&k| Vec::with_capacity(k as usize)).collect();
-        for (gi, list) in succ.iter().enumerate() {
-            for &h in list {
-                pred[h as usize].push(gi as u32);
+        let mut fill: Vec<u32> = off[..n].to_vec();
+        let mut data = vec![0u32; off[n] as usize];
+        for gi in 0..n as u32 {
+            for &h in succ.row(gi) {
+                data[fill[h as usize] as usize] = gi;
+                fill[h as usize] += 1;
             }
         }
+        let pred = Adj { off, data, own: vec![None; n] };
         let mut ready: BinaryHeap<Reverse<(u32, u32)>> = (0..n as u32)
             .filter(|&i| groups.g[i as usize].alive && indeg[i as usize] == 0)
             .map(|i| Reverse((groups.g[i as usize].lo, i)))
@@ -132,7 +189,7 @@ impl Dag {
         while let Some(Reverse((_, g))) = ready.pop() {
             at[g as usize].slot = next;
             next += 1;
-            for &h in &succ[g as usize] {
+            for &h in succ.row(g) {
                 indeg[h as usize] -= 1;
                 if indeg[h as usize] == 0 {
                     ready.push(Reverse((groups.g[h as usize].lo, h)));
@@ -148,7 +205,7 @@ impl Dag {
                     order[a.slot as usize] = g as u32;
                 }
             }
-            Labels::new(n, &order, LANDMARKS, |g| pred[g as usize].iter().copied())
+            Labels::new(n, &order, LANDMARKS, |g| pred.row(g).iter().copied())
         });
         Dag {
             labels,
@@ -168,7 +225,7 @@ impl Dag {
 
     /// True when `y` is a direct successor of `x`.
     pub fn has_edge(&self, groups: &Groups, x: u32, y: u32) -> bool {
-        self.succ[x as usize].iter().any(|&s| groups.resolve(s) == y)
+        self.succ.row(x).iter().any(|&s| groups.resolve(s) == y)
     }
 
     /// Groups `x` and `y` in order (`x` first).
@@ -213,14 +270,14 @@ impl Dag {
         let stamp = self.stamp;
         let (lo, hi) = (self.at[x as usize].slot, self.at[y as usize].slot);
         let mut work = 0u64;
-        for &s in &self.succ[x as usize] {
+        for &s in self.succ.row(x) {
             let s = groups.resolve(s);
             if s != y && s != x && self.at[s as usize].slot < hi && self.at[s as usize].fmark != stamp {
                 self.at[s as usize].fmark = stamp;
                 fstack.push(s);
             }
         }
-        work += self.succ[x as usize].len() as u64;
+        work += self.succ.row(x).len() as u64;
         if fstack.is_empty() {
             self.account(work);
             return Ok(Plan::AtY);
@@ -230,7 +287,7 @@ impl Dag {
         // toward `y`, and the backward search pushes predecessors in reverse to follow the nearest one to `x`
         // first: a path from `x` to `y` is found in fewer visits (random_dag 100k: a third fewer). The order
         // changes no verdict of a search that runs to completion.
-        for &p in self.pred[y as usize].iter().rev() {
+        for &p in self.pred.row(y).iter().rev() {
             let p = groups.resolve(p);
             if p != x && p != y && self.at[p as usize].slot > lo && self.at[p as usize].bmark != stamp {
                 if self.at[p as usize].fmark == stamp {
@@ -241,7 +298,7 @@ impl Dag {
                 bstack.push(p);
             }
         }
-        work += self.pred[y as usize].len() as u64;
+        work += self.pred.row(y).len() as u64;
         if bstack.is_empty() {
             self.account(work);
             return Ok(Plan::AtX);
@@ -264,8 +321,8 @@ impl Dag {
                     continue;
                 };
                 forward.push(z);
-                work += 1 + self.succ[z as usize].len() as u64;
-                for &s in &self.succ[z as usize] {
+                work += 1 + self.succ.row(z).len() as u64;
+                for &s in self.succ.row(z) {
                     let s = groups.resolve(s);
                     if s == y || self.at[s as usize].bmark == stamp {
                         self.account(work);
@@ -282,8 +339,8 @@ impl Dag {
                     continue;
                 };
                 backward.push(z);
-                work += 1 + self.pred[z as usize].len() as u64;
-                for &p in self.pred[z as usize].iter().rev() {
+                work += 1 + self.pred.row(z).len() as u64;
+                for &p in self.pred.row(z).iter().rev() {
                     let p = groups.resolve(p);
                     if p == x || self.at[p as usize].fmark == stamp {
                         self.account(work);
@@ -340,20 +397,19 @@ impl Dag {
         }
         // Adjacency of the merged group; neighbours keep stale ids, resolved on read.
         let s = Self::joined(&mut self.succ, keep, gone);
-        self.succ[keep as usize] = Self::clean(groups, s, keep);
+        self.succ.own[keep as usize] = Some(Self::clean(groups, s, keep));
         let p = Self::joined(&mut self.pred, keep, gone);
-        self.pred[keep as usize] = Self::clean(groups, p, keep);
+        self.pred.own[keep as usize] = Some(Self::clean(groups, p, keep));
     }
 
-    /// The lists of `keep` and `gone` taken and joined, the shorter appended to the longer (whose allocation
-    /// then usually holds both); `clean` sorts them, so the order does not matter.
-    fn joined(lists: &mut [Vec<u32>], keep: u32, gone: u32) -> Vec<u32> {
-        let mut a = std::mem::take(&mut lists[keep as usize]);
-        let mut b = std::mem::take(&mut lists[gone as usize]);
-        if a.len() < b.len() {
-            std::mem::swap(&mut a, &mut b);
-        }
-        a.append(&mut b);
+    /// The lists of `keep` and `gone` taken (both left empty) and joined, the shorter appended to the longer;
+    /// `clean` sorts them, so the order does not matter.
+    fn joined(adj: &mut Adj, keep: u32, gone: u32) -> Vec<u32> {
+        let (k, g) = (adj.row(keep).len(), adj.row(gone).len());
+        let (long, short) = if k >= g { (keep, gone) } else { (gone, keep) };
+        let mut a = adj.take(long, k.min(g));
+        a.extend_from_slice(adj.row(short));
+        adj.own[short as usize] = Some(Vec::new());
         a
     }
 

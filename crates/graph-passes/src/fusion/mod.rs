@@ -351,9 +351,9 @@ pub struct FusedGroup {
     pub inputs: Vec<TensorId>,
     /// Tensors the group writes that outlive it (read by another group or a graph output), in production order.
     pub outputs: Vec<TensorId>,
-    /// The nodes' flops summed, as the fusion pass found them (`None` in a group built or read elsewhere:
-    /// `estimate::estimate_group` then sums the nodes' costs itself).
-    #[serde(skip)]
+    /// The nodes' flops summed, as the fusion pass found them (`None` in a group built elsewhere or read from a
+    /// file without it: `estimate::estimate_group` then sums the nodes' costs itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flops: Option<u64>,
 }
 
@@ -540,8 +540,8 @@ pub struct FusionPlan {
     #[serde(default, skip_serializing_if = "SecondaryMap::is_empty")]
     pub concat_slots: SecondaryMap<TensorId, ConcatSlot>,
     /// The bytes every non-view node of the graph moves on its own (the report's unfused traffic), as the pass
-    /// found them (`None` for a plan read from JSON).
-    #[serde(skip)]
+    /// found them (`None` for a plan read from a file without it: the report then sums them itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unfused_bytes: Option<u64>,
 }
 
