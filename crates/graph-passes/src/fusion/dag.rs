@@ -94,7 +94,7 @@ impl Adj {
 
     /// Group `g`'s list, taken (it is left empty), with room for `extra` more.
     fn take(&mut self, g: u32, extra: usize) -> Vec<u32> {
-        match std::mem::replace(&mut self.own[g as usize], Some(Vec::new())) {
+        match self.own[g as usize].replace(Vec::new()) {
             Some(mut v) => {
                 v.reserve(extra);
                 v
