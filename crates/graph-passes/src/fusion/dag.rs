@@ -23,6 +23,7 @@ use std::collections::BinaryHeap;
 use super::dense::{Dense, NONE};
 use super::rules::Groups;
 use crate::landmarks::{Labels, LANDMARKS};
+use crate::stream::{sort_dedup_tail, Csr};
 
 /// Why a contraction cannot proceed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,31 +65,24 @@ fn through(labels: &Labels, groups: &Groups, x: u32, y: u32) -> Option<u32> {
     labels.between(x as usize, y as usize).map(|b| groups.resolve(labels.mark(b))).find(|&z| z != x && z != y)
 }
 
-/// Adjacency lists: as `Dag::new` built them, in one array (no allocation per group: a large graph has a
-/// hundred thousand, allocated and freed one by one); a merged group's list is then held on its own.
+/// Adjacency lists: as `Dag::new` built them, in one compressed array (no allocation per group: a large graph
+/// has a hundred thousand, allocated and freed one by one); a merged group's list is then held on its own.
 struct Adj {
-    off: Vec<u32>,
-    data: Vec<u32>,
-    /// The list of each group changed by a merge (`None`: its row of `data`).
+    rows: Csr,
+    /// The list of each group changed by a merge (`None`: its row of `rows`).
     own: Vec<Option<Vec<u32>>>,
 }
 
 impl Adj {
-    /// Rows `rows(g, push)` in group order.
-    fn build(n: usize, mut rows: impl FnMut(u32, &mut Vec<u32>)) -> Adj {
-        let (mut off, mut data) = (Vec::with_capacity(n + 1), Vec::new());
-        for g in 0..n as u32 {
-            off.push(data.len() as u32);
-            rows(g, &mut data);
-        }
-        off.push(data.len() as u32);
-        Adj { off, data, own: vec![None; n] }
+    fn new(rows: Csr) -> Adj {
+        let own = vec![None; rows.len()];
+        Adj { rows, own }
     }
 
     fn row(&self, g: u32) -> &[u32] {
         match &self.own[g as usize] {
             Some(v) => v,
-            None => &self.data[self.off[g as usize] as usize..self.off[g as usize + 1] as usize],
+            None => self.rows.row(g as usize),
         }
     }
 
@@ -100,7 +94,7 @@ impl Adj {
                 v
             }
             None => {
-                let row = &self.data[self.off[g as usize] as usize..self.off[g as usize + 1] as usize];
+                let row = self.rows.row(g as usize);
                 let mut v = Vec::with_capacity(row.len() + extra);
                 v.extend_from_slice(row);
                 v
@@ -137,49 +131,24 @@ impl Dag {
     /// [`Dag::new`], with landmark labels when the DAG has at least `label_min` groups.
     fn with_labels_from(d: &Dense<'_>, groups: &Groups, label_min: usize) -> Dag {
         let n = groups.g.len();
-        // Successor lists in one array, then the predecessor lists from the in-degrees they imply (each row in
-        // increasing group order, as the successor rows are visited).
-        let mut indeg = vec![0u32; n];
-        let succ = Adj::build(n, |gi, data| {
-            if !groups.g[gi as usize].alive {
-                return;
-            }
-            let start = data.len();
-            for &m in groups.members(gi) {
-                for &c in d.succ(m) {
-                    let h = groups.owner[c as usize];
-                    if h != gi {
-                        data.push(h);
-                    }
-                }
-            }
-            data[start..].sort_unstable();
-            let mut k = start;
-            for i in start..data.len() {
-                if i == start || data[i] != data[k - 1] {
-                    data[k] = data[i];
-                    k += 1;
-                }
-            }
-            data.truncate(k);
-            for &h in &data[start..] {
-                indeg[h as usize] += 1;
-            }
-        });
-        let mut off = Vec::with_capacity(n + 1);
-        off.push(0u32);
-        for &k in &indeg {
-            off.push(off[off.len() - 1] + k);
-        }
-        let mut fill: Vec<u32> = off[..n].to_vec();
-        let mut data = vec![0u32; off[n] as usize];
+        // Successor lists in one array, sorted and distinct; the predecessor lists are their transpose (each row
+        // in increasing group order).
+        let (mut offsets, mut items) = (Vec::with_capacity(n + 1), Vec::new());
+        offsets.push(0);
         for gi in 0..n as u32 {
-            for &h in succ.row(gi) {
-                data[fill[h as usize] as usize] = gi;
-                fill[h as usize] += 1;
+            if groups.g[gi as usize].alive {
+                let start = items.len();
+                for &m in groups.members(gi) {
+                    items.extend(d.succ(m).iter().map(|&c| groups.owner[c as usize]).filter(|&h| h != gi));
+                }
+                sort_dedup_tail(&mut items, start);
             }
+            offsets.push(items.len());
         }
-        let pred = Adj { off, data, own: vec![None; n] };
+        let succ = Csr::from_offsets(offsets, items);
+        let pred = succ.transpose(n);
+        let mut indeg: Vec<u32> = (0..n).map(|g| pred.row(g).len() as u32).collect();
+        let (succ, pred) = (Adj::new(succ), Adj::new(pred));
         let mut ready: BinaryHeap<Reverse<(u32, u32)>> = (0..n as u32)
             .filter(|&i| groups.g[i as usize].alive && indeg[i as usize] == 0)
             .map(|i| Reverse((groups.g[i as usize].lo, i)))
