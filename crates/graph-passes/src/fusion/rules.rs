@@ -495,13 +495,14 @@ impl Groups {
         Groups { g, lists: Vec::new(), owner, merged_into: vec![NONE; n], domains, node_domain }
     }
 
-    pub fn members(&self, x: u32) -> &[u32] {
+    /// Group `x`'s lists, when it has merged (an unmerged group's are its node's).
+    fn lists_of(&self, x: u32) -> Option<&Lists> {
         let g = &self.g[x as usize];
-        if g.merged() {
-            &self.lists[g.lists as usize].members
-        } else {
-            std::slice::from_ref(&g.lo)
-        }
+        g.merged().then(|| &self.lists[g.lists as usize])
+    }
+
+    pub fn members(&self, x: u32) -> &[u32] {
+        self.lists_of(x).map_or(std::slice::from_ref(&self.g[x as usize].lo), |l| &l.members)
     }
 
     pub fn size(&self, x: u32) -> usize {
@@ -510,30 +511,15 @@ impl Groups {
 
     /// The other products of group `x`'s horizontal GEMM (`Lists::siblings`); empty for an unmerged group.
     fn siblings(&self, x: u32) -> &[u32] {
-        let g = &self.g[x as usize];
-        if g.merged() {
-            &self.lists[g.lists as usize].siblings
-        } else {
-            &[]
-        }
+        self.lists_of(x).map_or(&[], |l| &l.siblings)
     }
 
     pub fn inputs<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
-        let g = &self.g[x as usize];
-        if g.merged() {
-            &self.lists[g.lists as usize].inputs
-        } else {
-            d.inputs_sorted(g.lo)
-        }
+        self.lists_of(x).map_or_else(|| d.inputs_sorted(self.g[x as usize].lo), |l| &l.inputs)
     }
 
     pub fn escaping<'a>(&'a self, d: &'a Dense<'_>, x: u32) -> &'a [u32] {
-        let g = &self.g[x as usize];
-        if g.merged() {
-            &self.lists[g.lists as usize].escaping
-        } else {
-            d.escaping(g.lo)
-        }
+        self.lists_of(x).map_or_else(|| d.escaping(self.g[x as usize].lo), |l| &l.escaping)
     }
 
     /// The live group a possibly dead group id now belongs to.
