@@ -47,7 +47,14 @@ pub fn alias_roots(graph: &ComputeGraph, order: &TopoOrder) -> SecondaryMap<Tens
 /// Successors (ascending) and longest-path depth of every group, from predecessor lists in which every
 /// predecessor comes before its successor.
 fn succs_and_depth(preds: &[Vec<GroupId>]) -> (Vec<Vec<GroupId>>, Vec<u32>) {
-    let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); preds.len()];
+    // Each list sized once (its count first), not grown push by push.
+    let mut count = vec![0usize; preds.len()];
+    for &p in preds.iter().flatten() {
+        if let Some(c) = count.get_mut(p.index()) {
+            *c += 1;
+        }
+    }
+    let mut succs: Vec<Vec<GroupId>> = count.into_iter().map(Vec::with_capacity).collect();
     let mut depth = vec![0u32; preds.len()];
     for (g, ps) in preds.iter().enumerate() {
         for &p in ps {
@@ -133,6 +140,8 @@ impl GroupGraph {
         let mut preds: Vec<Vec<GroupId>> = vec![Vec::new(); ng];
         for (gi, g) in fusion.groups.iter().enumerate() {
             let ps = &mut preds[gi];
+            // One writer per input but for whole multi-writer families (which may grow it once more).
+            ps.reserve_exact(g.inputs.len());
             for &t in &g.inputs {
                 // The whole of a multi-writer family: every writer; a slot or a plain tensor: its writer.
                 match multi.get(root[t]).filter(|_| !part.contains_key(t)) {
@@ -145,7 +154,8 @@ impl GroupGraph {
             ps.dedup();
         }
         let (succs, depth) = succs_and_depth(&preds);
-        let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::new();
+        // Sized for every tensor at once: a root's first reader would otherwise grow the map to its index.
+        let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::with_capacity(graph.num_tensors());
         for (t, _) in graph.tensors() {
             for &c in graph.consumers(t) {
                 if let Some(&g) = fusion.group_of.get(c) {
@@ -238,13 +248,25 @@ impl GroupGraph {
     /// Predecessors of every group through data edges and `extra` edges `(from, to)` (reuse edges), sorted and
     /// deduplicated; self-edges are dropped.
     pub fn preds_with(&self, extra: impl IntoIterator<Item = (GroupId, GroupId)>) -> Vec<Vec<GroupId>> {
-        let mut preds = self.preds.clone();
+        // Each list sized once for its data and extra predecessors (counted first), not grown push by push.
+        let extra: Vec<(GroupId, GroupId)> =
+            extra.into_iter().filter(|&(from, to)| from != to && to.index() < self.preds.len()).collect();
+        let mut count: Vec<usize> = self.preds.iter().map(Vec::len).collect();
+        for &(_, to) in &extra {
+            count[to.index()] += 1;
+        }
+        let mut preds: Vec<Vec<GroupId>> = self
+            .preds
+            .iter()
+            .zip(count)
+            .map(|(p, c)| {
+                let mut v = Vec::with_capacity(c);
+                v.extend_from_slice(p);
+                v
+            })
+            .collect();
         for (from, to) in extra {
-            if from != to {
-                if let Some(p) = preds.get_mut(to.index()) {
-                    p.push(from);
-                }
-            }
+            preds[to.index()].push(from);
         }
         for p in &mut preds {
             p.sort_unstable();

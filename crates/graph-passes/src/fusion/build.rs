@@ -406,7 +406,7 @@ impl Pass<'_, '_> {
                 if x == y {
                     continue;
                 }
-                match self.try_merge(x, y, round) {
+                match self.try_merge(x, y, round, Some((m, c))) {
                     Ok(score) => {
                         merged_any = true;
                         self.stats.merges_multi_output += 1;
@@ -430,11 +430,23 @@ impl Pass<'_, '_> {
     }
 
     /// Try to merge groups `x` and `y` in phases 2 and 3: legality, the exact cycle check, concurrency.
-    fn try_merge(&mut self, x: u32, y: u32, epoch: u32) -> Result<i64, (RejectReason, i64, Why)> {
+    /// `edge` is the producer (in `x`) and consumer (in `y`) that named the candidate, when one did.
+    fn try_merge(
+        &mut self,
+        x: u32,
+        y: u32,
+        epoch: u32,
+        edge: Option<(u32, u32)>,
+    ) -> Result<i64, (RejectReason, i64, Why)> {
         let d = self.d;
         let caps = &self.opts.caps;
         let merged = self.groups.structural(d, caps, x, y).map_err(|(r, w)| (r, 0, w))?;
         if !self.opts.decisions {
+            // The row rules would refuse it too (no decision records which rule did).
+            if edge.is_some_and(|e| self.groups.load_reads_computed(d, x, y, &merged, e)) {
+                let node = edge.map_or(NONE, |e| e.1);
+                return Err((RejectReason::Pattern, 0, Why::RowLoad { node }));
+            }
             // No decision records which rule refused (nor the score): the row rules, which need no merged
             // lists, go first, and most refused candidates of a branchy graph stop there. Same verdict.
             self.groups.shaped_rows(d, caps, x, y, &merged, false).map_err(|(r, w)| (r, 0, w))?;
@@ -497,7 +509,7 @@ impl Pass<'_, '_> {
             for &g in &sib[1..] {
                 let a = self.groups.resolve(acc);
                 let (an, gn) = (self.groups.g[a as usize].anchor, self.groups.g[g as usize].anchor);
-                let v = match self.try_merge(a, g, MAX_ROUNDS + 1) {
+                let v = match self.try_merge(a, g, MAX_ROUNDS + 1, None) {
                     Ok(score) => {
                         self.stats.merges_horizontal += 1;
                         acc = self.groups.owner[an as usize];
@@ -572,7 +584,7 @@ impl Pass<'_, '_> {
         if dag.has_edge(&self.groups, o1, o2) {
             return Err((RejectReason::WouldCycle, 0, Why::Dependent));
         }
-        self.try_merge(o1, o2, MAX_ROUNDS + 1)
+        self.try_merge(o1, o2, MAX_ROUNDS + 1, None)
     }
 
     /// Absorb views, order the groups topologically, and build the plan.

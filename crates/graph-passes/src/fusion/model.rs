@@ -114,9 +114,14 @@ impl Model {
         let only = |g: u32| move |n: u32| owner[n as usize] == g;
         let both = |n: u32| owner[n as usize] == a || owner[n as usize] == b;
         let (fa, fb) = (groups.g[a as usize].flops, groups.g[b as usize].flops);
+        let (pm, _) = self.path(d, &pv.inputs, &pv.escaping, fa.saturating_add(fb), &both);
+        // Most merges keep the merged kernel's path within the critical path: the two paths apart are then
+        // not needed (the verdict is the same).
+        if pm <= self.critical + self.overhead_us {
+            return None;
+        }
         let pa = self.path(d, groups.inputs(d, a), groups.escaping(d, a), fa, &only(a));
         let pb = self.path(d, groups.inputs(d, b), groups.escaping(d, b), fb, &only(b));
-        let (pm, _) = self.path(d, &pv.inputs, &pv.escaping, fa.saturating_add(fb), &both);
         // Independent kernels run apart share the device: the longer path also waits for the other's work. (After
         // the cycle check, a and b are independent unless an edge joins them; a producer's path already holds
         // its consumer.)
@@ -125,7 +130,6 @@ impl Model {
         };
         let shared = if feeds(a, b) || feeds(b, a) { 0.0 } else { pa.1.min(pb.1) };
         let apart = pa.0.max(pb.0) + shared;
-        (pm > self.critical + self.overhead_us && pm > apart + 1e-9)
-            .then_some(Why::Concurrency { path: pm, critical: self.critical })
+        (pm > apart + 1e-9).then_some(Why::Concurrency { path: pm, critical: self.critical })
     }
 }

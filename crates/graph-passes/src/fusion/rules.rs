@@ -941,6 +941,21 @@ impl Groups {
         Ok(())
     }
 
+    /// Whether the edge `m -> c` (`m` in `a`, `c` in `b`) alone refuses the merged row kernel `m`: `c` is one of
+    /// its loads, not a row selection, and reads `m`'s result, which `m` computes (it is neither a load nor a
+    /// Cast, so never `pure`). `check_loads` refuses every such kernel; this finds the common case (a branchy
+    /// graph's Concat after a computed value) from the edge, without walking the members.
+    pub fn load_reads_computed(&self, d: &Dense<'_>, a: u32, b: u32, m: &Merged, (p, c): (u32, u32)) -> bool {
+        if m.kind != GroupKind::Reduction || d.cat[c as usize] != OpCategory::DataMovement || d.is(p, LOAD | CAST) {
+            return false;
+        }
+        let Some(dom) = self.domains.get(m.domain as usize) else {
+            return false;
+        };
+        let inside = self.inside(a, b);
+        self.owner[p as usize] == a && self.owner[c as usize] == b && !Self::row_selection(d, dom, c, &inside)
+    }
+
     /// The tensors of the merged group `a + b` that hold selected values: written by a selection, or by a
     /// Transpose, or by an elementwise op that reads one selected value (and writes as many elements) and
     /// otherwise only tensors from outside the kernel (a scale, a bias). Any other member reading them is refused: after a selection the epilogue
