@@ -75,12 +75,20 @@ pub struct Tensor {
     pub producer: Option<NodeId>,
     /// Little-endian element bytes of a constant (`None` for every other role).
     pub data: Option<Arc<[u8]>>,
+    /// The shape's element count, taken once at creation (a shape never changes after): every pass sizes
+    /// tensors, and the count then needs no walk of the shape's extents, which live apart from the tensor.
+    numel: usize,
 }
 
 impl Tensor {
     /// Size in bytes (validated not to overflow when the tensor was created).
     pub fn size_bytes(&self) -> usize {
-        self.shape.byte_size(self.dtype).unwrap_or(usize::MAX)
+        self.numel.checked_mul(self.dtype.size_bytes()).unwrap_or(usize::MAX)
+    }
+
+    /// Number of elements (validated not to overflow when the tensor was created): `shape.numel()`, kept.
+    pub fn numel(&self) -> usize {
+        self.numel
     }
 
     /// Dtype and shape together.
@@ -459,7 +467,10 @@ impl ComputeGraph {
             });
         }
         let name: Arc<str> = Arc::from(name);
-        let id = self.tensors.insert(Tensor { name: Arc::clone(&name), dtype, shape, role, producer: None, data });
+        // `byte_size` above checked the count too.
+        let numel = shape.numel().unwrap_or(usize::MAX);
+        let id =
+            self.tensors.insert(Tensor { name: Arc::clone(&name), dtype, shape, role, producer: None, data, numel });
         self.tensor_by_name.insert(name, id);
         Ok(id)
     }

@@ -155,7 +155,7 @@ impl<'g> Dense<'g> {
         for (t, tensor) in graph.tensors() {
             tix.insert(t, tids.len() as u32);
             tids.push(t);
-            let count = tensor.shape.numel().map_or(u64::MAX, |v| v as u64);
+            let count = tensor.numel() as u64;
             numel.push(count);
             bytes.push(count.saturating_mul(tensor.dtype.size_bytes() as u64));
             role_output.push(tensor.role == TensorRole::Output);
