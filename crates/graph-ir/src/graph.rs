@@ -83,7 +83,7 @@ pub struct Tensor {
 impl Tensor {
     /// Size in bytes (validated not to overflow when the tensor was created).
     pub fn size_bytes(&self) -> usize {
-        self.numel.checked_mul(self.dtype.size_bytes()).unwrap_or(usize::MAX)
+        self.numel.saturating_mul(self.dtype.size_bytes())
     }
 
     /// Number of elements (validated not to overflow when the tensor was created): `shape.numel()`, kept.

@@ -632,11 +632,13 @@ impl Groups {
             g_gone.loads_only,
             g_gone.moves,
         );
-        let (mut moved, mut siblings) = if g_gone.merged() {
+        // A group that never merged is its one node: no list to move (and none allocated for it).
+        let single = !g_gone.merged();
+        let (mut moved, mut siblings) = if !single {
             let l = std::mem::take(&mut self.lists[g_gone.lists as usize]);
             (l.members, l.siblings)
         } else {
-            (vec![lo], Vec::new())
+            (Vec::new(), Vec::new())
         };
         if m.horizontal {
             for x in [self.g[a as usize].anchor, self.g[b as usize].anchor] {
@@ -645,17 +647,23 @@ impl Groups {
                 }
             }
         }
+        if single {
+            self.owner[lo as usize] = keep;
+        }
         for &n in &moved {
             self.owner[n as usize] = keep;
         }
         let k = &mut self.g[keep as usize];
         if !k.merged() {
             k.lists = self.lists.len() as u32;
-            let mut members = Vec::with_capacity(1 + moved.len());
+            let mut members = Vec::with_capacity(1 + moved.len().max(1));
             members.push(k.lo);
             self.lists.push(Lists { members, ..Lists::default() });
         }
         let l = &mut self.lists[k.lists as usize];
+        if single {
+            l.members.push(lo);
+        }
         l.members.append(&mut moved);
         l.siblings.append(&mut siblings);
         l.siblings.retain(|&x| x != m.anchor);
@@ -1266,6 +1274,10 @@ pub(super) fn is_load(op: &Op) -> bool {
 /// or B operand, and which is no graph output. A backend then reads the Transpose's input transposed (cuBLAS
 /// `op_T` with batch strides) and no kernel moves the bytes.
 pub(super) fn is_operand_layout(d: &Dense<'_>, p: u32, x: u32) -> bool {
+    // A Transpose is a load: anything else is refused on its flags, without reading its op from the graph.
+    if !d.is(p, LOAD) {
+        return false;
+    }
     let Op::Transpose { perm } = d.op(p) else {
         return false;
     };
