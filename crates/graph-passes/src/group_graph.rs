@@ -80,7 +80,10 @@ pub struct GroupGraph {
     preds: Vec<Vec<GroupId>>,
     succs: Vec<Vec<GroupId>>,
     depth: Vec<u32>,
-    readers: SecondaryMap<TensorId, Vec<GroupId>>,
+    /// The readers of each alias group read at all: its range in `reader_list`, where every root's readers lie
+    /// end to end (ascending within a root), one array instead of a vector per root.
+    reader_range: SecondaryMap<TensorId, (u32, u32)>,
+    reader_list: Vec<GroupId>,
 }
 
 impl GroupGraph {
@@ -154,23 +157,52 @@ impl GroupGraph {
             ps.dedup();
         }
         let (succs, depth) = succs_and_depth(&preds);
-        // Sized for every tensor at once: a root's first reader would otherwise grow the map to its index.
-        let mut readers: SecondaryMap<TensorId, Vec<GroupId>> = SecondaryMap::with_capacity(graph.num_tensors());
+        // Every (root, reading group) pair, then a counting sort by root: each root's readers become one run of
+        // the list, sorted and deduplicated in place (a run is a few groups; no vector per root).
+        let mut pairs: Vec<(TensorId, GroupId)> = Vec::with_capacity(graph.num_tensors());
         for (t, _) in graph.tensors() {
-            for &c in graph.consumers(t) {
-                if let Some(&g) = fusion.group_of.get(c) {
-                    match readers.entry(root[t]) {
-                        Some(e) => e.or_default().push(g),
-                        None => continue,
-                    }
+            let r = root.get(t).copied().unwrap_or(t);
+            pairs.extend(graph.consumers(t).iter().filter_map(|&c| fusion.group_of.get(c)).map(|&g| (r, g)));
+        }
+        let mut reader_range: SecondaryMap<TensorId, (u32, u32)> = SecondaryMap::with_capacity(graph.num_tensors());
+        for &(r, _) in &pairs {
+            match reader_range.get_mut(r) {
+                Some(e) => e.1 += 1,
+                None => {
+                    reader_range.insert(r, (0, 1));
                 }
             }
         }
-        for (_, rs) in readers.iter_mut() {
-            rs.sort_unstable();
-            rs.dedup();
+        let mut next = 0u32;
+        for (_, e) in reader_range.iter_mut() {
+            let count = e.1;
+            *e = (next, next);
+            next += count;
         }
-        GroupGraph { root, offset, writer, multi, preds, succs, depth, readers }
+        let mut reader_list = vec![GroupId(0); pairs.len()];
+        for &(r, g) in &pairs {
+            if let Some(e) = reader_range.get_mut(r) {
+                reader_list[e.1 as usize] = g;
+                e.1 += 1;
+            }
+        }
+        // Each run sorted and deduplicated, moved down over the duplicates of the runs before it.
+        let mut kept = 0usize;
+        for (_, e) in reader_range.iter_mut() {
+            let (start, end) = (e.0 as usize, e.1 as usize);
+            reader_list[start..end].sort_unstable();
+            let first = kept;
+            for i in start..end {
+                let g = reader_list[i];
+                if kept == first || reader_list[kept - 1] != g {
+                    reader_list[kept] = g;
+                    kept += 1;
+                }
+            }
+            *e = (first as u32, kept as u32);
+        }
+        reader_list.truncate(kept);
+        GroupGraph { root, offset, writer, multi, preds, succs, depth, reader_range, reader_list }
     }
 
     /// A group graph with these data predecessor lists and no tensors (each predecessor below its successor),
@@ -242,7 +274,10 @@ impl GroupGraph {
 
     /// The groups that read any member of the alias group rooted at `root` (ascending).
     pub fn readers(&self, root: TensorId) -> &[GroupId] {
-        self.readers.get(root).map_or(&[], Vec::as_slice)
+        self.reader_range
+            .get(root)
+            .and_then(|&(start, end)| self.reader_list.get(start as usize..end as usize))
+            .unwrap_or(&[])
     }
 
     /// Predecessors of every group through data edges and `extra` edges `(from, to)` (reuse edges), sorted and
