@@ -47,7 +47,7 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
     let flops = group
         .flops
         .unwrap_or_else(|| group.nodes.iter().map(|&n| graph.node_cost(n).flops).fold(0, u64::saturating_add));
-    let read: u64 = input_read_bytes(graph, group).into_iter().fold(0, u64::saturating_add);
+    let read = input_read_bytes(graph, group);
     let written: u64 = group.outputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).fold(0, u64::saturating_add);
     let cost = OpCost { flops, bytes_read: read, bytes_written: written };
     let dtype = group.outputs.first().map_or(DType::F32, |&t| graph.tensor(t).dtype);
@@ -68,14 +68,22 @@ pub fn estimate_group(graph: &ComputeGraph, group: &FusedGroup, device: &DeviceP
     (cost, est)
 }
 
-/// The bytes the kernel reads of each of its inputs (in `group.inputs`' order): all of an input, unless every
-/// member reading it picks parts of it (`graph_ir::cost::operand_read_bytes`: Gathers from a table, Slices), then
-/// at most what those members write. One pass over the members' operands, so a tensor read by many nodes
-/// outside the group (a weight shared across a graph) costs nothing here.
-fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup) -> Vec<u64> {
-    let whole: Vec<u64> = group.inputs.iter().map(|&t| graph.tensor(t).size_bytes() as u64).collect();
+/// The bytes the kernel reads of its inputs: all of an input, unless every member reading it picks parts of it
+/// (`graph_ir::cost::operand_read_bytes`: Gathers from a table, Slices), then at most what those members write.
+/// One pass over the members' operands, so a tensor read by many nodes outside the group (a weight shared
+/// across a graph) costs nothing here; the per-input state of a kernel with few inputs lives on the stack.
+fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup) -> u64 {
+    const FEW: usize = 16;
+    let whole = |k: usize| group.inputs.get(k).map_or(0, |&t| graph.tensor(t).size_bytes() as u64);
     // Per input: the parts its readers pick so far, `None` once a member reads it whole.
-    let mut picked: Vec<Option<u64>> = vec![Some(0); group.inputs.len()];
+    let mut few = [Some(0u64); FEW];
+    let mut many = Vec::new();
+    let picked: &mut [Option<u64>] = if group.inputs.len() <= FEW {
+        &mut few[..group.inputs.len()]
+    } else {
+        many.resize(group.inputs.len(), Some(0u64));
+        &mut many
+    };
     for &n in &group.nodes {
         let node = graph.node(n);
         let mut out = None;
@@ -84,18 +92,19 @@ fn input_read_bytes(graph: &ComputeGraph, group: &FusedGroup) -> Vec<u64> {
             let Some(sum) = picked[k] else { continue };
             let out = *out
                 .get_or_insert_with(|| node.outputs.iter().map(|&o| graph.tensor(o).size_bytes() as u64).sum::<u64>());
-            let part = graph_ir::cost::operand_read_bytes(&node.op, i, whole[k], out);
-            picked[k] = (part != whole[k]).then(|| sum.saturating_add(part));
+            let w = whole(k);
+            let part = graph_ir::cost::operand_read_bytes(&node.op, i, w, out);
+            picked[k] = (part != w).then(|| sum.saturating_add(part));
         }
     }
-    whole
+    picked
         .iter()
-        .zip(picked)
-        .map(|(&w, p)| match p {
-            Some(p) if p > 0 => p.min(w),
-            _ => w,
+        .enumerate()
+        .map(|(k, p)| match *p {
+            Some(p) if p > 0 => p.min(whole(k)),
+            _ => whole(k),
         })
-        .collect()
+        .fold(0, u64::saturating_add)
 }
 
 fn copies_host(graph: &ComputeGraph, group: &FusedGroup) -> bool {

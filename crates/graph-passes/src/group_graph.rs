@@ -71,6 +71,7 @@ fn succs_and_depth(preds: &[Vec<GroupId>]) -> (Vec<Vec<GroupId>>, Vec<u32>) {
 /// Group-level facts of a fused program (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub struct GroupGraph {
+    /// The alias root of each tensor that is not its own (views' outputs, slots of eliminated Concats).
     root: SecondaryMap<TensorId, TensorId>,
     /// Byte offset of each tensor inside its root (absent: 0); only slots of eliminated Concats and their views.
     offset: SecondaryMap<TensorId, u64>,
@@ -89,13 +90,12 @@ pub struct GroupGraph {
 impl GroupGraph {
     /// The group graph of `fusion` (made for `order`) over `graph`.
     pub fn new(graph: &ComputeGraph, order: &TopoOrder, fusion: &FusionPlan) -> GroupGraph {
+        // Only tensors that are not their own root are entered (views, slots): most tensors are.
         let mut root: SecondaryMap<TensorId, TensorId> = SecondaryMap::with_capacity(graph.num_tensors());
+        let root_of = |root: &SecondaryMap<TensorId, TensorId>, t: TensorId| root.get(t).copied().unwrap_or(t);
         let mut offset: SecondaryMap<TensorId, u64> = SecondaryMap::new();
         // Tensors that are (views of) a slot: they read one writer's bytes, not the whole family's.
         let mut part: SecondaryMap<TensorId, ()> = SecondaryMap::new();
-        for (t, _) in graph.tensors() {
-            root.insert(t, t);
-        }
         // Slots first: the views of a slot come before its Concat in topological order.
         for (t, s) in &fusion.concat_slots {
             root.insert(t, s.output);
@@ -118,8 +118,10 @@ impl GroupGraph {
             }
             if node.op.is_view() {
                 if let (Some(&i), Some(&o)) = (node.inputs.first(), node.outputs.first()) {
-                    let r = root[i];
-                    root.insert(o, r);
+                    let r = root_of(&root, i);
+                    if r != o {
+                        root.insert(o, r);
+                    }
                     if let Some(&off) = offset.get(i) {
                         offset.insert(o, off);
                     }
@@ -147,7 +149,7 @@ impl GroupGraph {
             ps.reserve_exact(g.inputs.len());
             for &t in &g.inputs {
                 // The whole of a multi-writer family: every writer; a slot or a plain tensor: its writer.
-                match multi.get(root[t]).filter(|_| !part.contains_key(t)) {
+                match multi.get(root_of(&root, t)).filter(|_| !part.contains_key(t)) {
                     Some(ws) => ps.extend(ws.iter().copied()),
                     None => ps.extend(writer.get(t).copied()),
                 }
@@ -161,7 +163,7 @@ impl GroupGraph {
         // the list, sorted and deduplicated in place (a run is a few groups; no vector per root).
         let mut pairs: Vec<(TensorId, GroupId)> = Vec::with_capacity(graph.num_tensors());
         for (t, _) in graph.tensors() {
-            let r = root.get(t).copied().unwrap_or(t);
+            let r = root_of(&root, t);
             pairs.extend(graph.consumers(t).iter().filter_map(|&c| fusion.group_of.get(c)).map(|&g| (r, g)));
         }
         let mut reader_range: SecondaryMap<TensorId, (u32, u32)> = SecondaryMap::with_capacity(graph.num_tensors());
@@ -225,11 +227,6 @@ impl GroupGraph {
     /// The alias root of `t` (itself unless `t` is a view's output).
     pub fn root(&self, t: TensorId) -> TensorId {
         self.root.get(t).copied().unwrap_or(t)
-    }
-
-    /// Every tensor's alias root.
-    pub fn roots(&self) -> &SecondaryMap<TensorId, TensorId> {
-        &self.root
     }
 
     /// Byte offset of `t` inside its alias root's bytes: 0 but for slots of eliminated Concats and their views.
