@@ -23,6 +23,7 @@ use slotmap::SecondaryMap;
 use crate::fusion::FusionPlan;
 use crate::ids::GroupId;
 use crate::interval::Interval;
+use crate::stream::sort_dedup_down;
 use crate::topo::TopoOrder;
 
 /// The alias root of every tensor: itself, or for a view's output its input's root. `order` must be a
@@ -191,16 +192,8 @@ impl GroupGraph {
         // Each run sorted and deduplicated, moved down over the duplicates of the runs before it.
         let mut kept = 0usize;
         for (_, e) in reader_range.iter_mut() {
-            let (start, end) = (e.0 as usize, e.1 as usize);
-            reader_list[start..end].sort_unstable();
             let first = kept;
-            for i in start..end {
-                let g = reader_list[i];
-                if kept == first || reader_list[kept - 1] != g {
-                    reader_list[kept] = g;
-                    kept += 1;
-                }
-            }
+            kept = sort_dedup_down(&mut reader_list, e.0 as usize..e.1 as usize, first);
             *e = (first as u32, kept as u32);
         }
         reader_list.truncate(kept);

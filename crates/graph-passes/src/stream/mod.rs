@@ -41,8 +41,8 @@ mod reduce;
 mod schedule;
 mod sync;
 
-pub(crate) use csr::sort_dedup_tail;
 pub use csr::Csr;
+pub(crate) use csr::{sort_dedup_down, sort_dedup_tail};
 pub use sync::waits_for_initial_work;
 
 use graph_ir::ComputeGraph;
@@ -287,14 +287,7 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     for g in 0..n {
         top[g] = reduced.row(g).iter().map(|&p| top[p as usize] + time[p as usize]).fold(0f64, f64::max);
     }
-    let mut bottom = time.clone();
-    for g in (0..n).rev() {
-        let b = bottom[g];
-        for &p in reduced.row(g) {
-            let p = p as usize;
-            bottom[p] = bottom[p].max(time[p] + b);
-        }
-    }
+    let (bottom, tail) = below(&reduced, &time);
     let chains = {
         let _s = tracing::debug_span!("chains").entered();
         chains::decompose(&reduced, |u, v| top[u as usize] + time[u as usize] + bottom[v as usize])
@@ -335,7 +328,17 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
             let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
             let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
             if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
-                refine(&mut merged, &chains.chains, &chains.chain_of, &reduced, &time, &occ, &top, &bottom, kk);
+                refine(
+                    &mut merged,
+                    &chains.chains,
+                    &chains.chain_of,
+                    &reduced,
+                    &time,
+                    &occ,
+                    &top,
+                    (&bottom, &tail),
+                    kk,
+                );
             }
             cs.push(Candidate { stream_of: by_chain(&merged), order: None });
         }
@@ -517,6 +520,22 @@ impl StreamPath {
     }
 }
 
+/// The longest path of launch times over `reduced` from each group's start to the end (`bottom`, the group's
+/// own time included) and after it (`tail`, excluded: the most of `bottom` over its successors).
+fn below(reduced: &Csr, time: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut bottom = time.to_vec();
+    let mut tail = vec![0f64; time.len()];
+    for g in (0..reduced.len()).rev() {
+        let b = bottom[g];
+        for &p in reduced.row(g) {
+            let p = p as usize;
+            bottom[p] = bottom[p].max(time[p] + b);
+            tail[p] = tail[p].max(b);
+        }
+    }
+    (bottom, tail)
+}
+
 /// Improve a chain merge by local search under the timing model: chains in priority order (critical first),
 /// each moved to the stream that shortens the simulated makespan most, until a round changes nothing (at most
 /// four rounds). Deterministic; never worse than the merge it starts from.
@@ -529,7 +548,7 @@ fn refine(
     time: &[f64],
     occ: &[f64],
     top: &[f64],
-    bottom: &[f64],
+    (bottom, tail): (&[f64], &[f64]),
     k: usize,
 ) {
     // No assignment's simulated makespan is below the longest path or the device area (the timing model's
@@ -547,13 +566,6 @@ fn refine(
     let mut best = makespan_in_group_order_with(&mut sim, &mut tasks, reduced, &stream_of, time, occ);
     if at_bound(best) {
         return;
-    }
-    // The longest path after each group, itself excluded: the most of `bottom` over its successors.
-    let mut tail = vec![0f64; time.len()];
-    for g in (0..time.len()).rev() {
-        for &p in reduced.row(g) {
-            tail[p as usize] = tail[p as usize].max(bottom[g]);
-        }
     }
     let prio: Vec<f64> =
         chains.iter().map(|c| c.iter().map(|&g| top[g as usize] + bottom[g as usize]).fold(0f64, f64::max)).collect();
@@ -576,7 +588,7 @@ fn refine(
                 // A move whose stream-order path already reaches the makespan to beat cannot be taken: skip
                 // its simulation (the margin covers the two computations' rounding).
                 let limit = best * (1.0 - 1e-9) / (1.0 - 1e-12);
-                let p = path.moved_below(reduced, &stream_of, time, &tail, from, limit);
+                let p = path.moved_below(reduced, &stream_of, time, tail, from, limit);
                 if p * (1.0 - 1e-12) >= best * (1.0 - 1e-9) {
                     continue;
                 }
@@ -706,15 +718,7 @@ mod tests {
             }
             let exact = path_from_scratch(&reduced, &moved, &time, k);
             let limit = exact * limit_frac;
-            // The longest path after each group, as `refine` derives it from the pass's bottom levels.
-            let mut bottom = time.clone();
-            let mut tail = vec![0f64; n];
-            for g in (0..n).rev() {
-                for &p in reduced.row(g) {
-                    bottom[p as usize] = bottom[p as usize].max(time[p as usize] + bottom[g]);
-                    tail[p as usize] = tail[p as usize].max(bottom[g]);
-                }
-            }
+            let (_, tail) = below(&reduced, &time);
             let got = path.moved_below(&reduced, &moved, &time, &tail, from, limit);
             if exact < limit {
                 prop_assert_eq!(got.to_bits(), exact.to_bits());
