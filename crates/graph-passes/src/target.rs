@@ -24,7 +24,9 @@ pub enum Effort {
     /// Searches with budgets linear in the graph's size (capped), only where the greedy result is above its bound.
     #[default]
     Default,
-    /// Ten times the default's budgets (and their caps): slower, sometimes better plans on hard graphs.
+    /// Ten times the default's budgets (and their caps): slower, sometimes better plans on hard graphs. The
+    /// stream pass's chain merge and local search run even when a schedule already reaches the bound (a tie
+    /// with fewer waits can still win).
     Max,
 }
 

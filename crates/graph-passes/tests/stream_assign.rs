@@ -4,6 +4,7 @@
 
 use graph_passes::ids::{GroupId, StreamId};
 use graph_passes::stream::{assign, StreamOptions, StreamPlan, SyncEdge};
+use graph_passes::target::Effort;
 use graph_passes::timing;
 use proptest::prelude::*;
 
@@ -274,5 +275,28 @@ proptest! {
         }
         let b = timing::dag_bound(&dag_tasks, 0.0).unwrap();
         prop_assert!(t.makespan_us + 1e-9 >= b.bound_us);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The default effort skips the chain merge and its local search once a schedule reaches the bound, so it
+    /// must model the same makespan as `max` (which always runs them), and `max`, choosing among more
+    /// candidates in the same order, never needs more waits at that makespan.
+    #[test]
+    fn skipping_the_merge_at_the_bound_loses_nothing((preds, time) in arb_dag(), k in 2usize..6) {
+        let occ: Vec<f64> = time.iter().map(|t| (t / 10.0).min(1.0)).collect();
+        let with = |effort: Effort| {
+            let mut o = StreamOptions::with_streams(k);
+            o.target.effort = effort;
+            let p = assign(&preds, &time, &occ, &o);
+            let m = timing::simulate(&p.ordered_tasks(&time, &occ), 0.0).unwrap().makespan_us;
+            (m, p.syncs.len())
+        };
+        let (m_default, waits_default) = with(Effort::Default);
+        let (m_max, waits_max) = with(Effort::Max);
+        prop_assert!((m_default - m_max).abs() <= 1e-9 * m_max, "default {} max {}", m_default, m_max);
+        prop_assert!(waits_max <= waits_default);
     }
 }

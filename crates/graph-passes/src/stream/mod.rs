@@ -22,10 +22,12 @@
 //!      back, once greedily. Its start order becomes the submission order only with `StreamOptions::reorder`.
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
-//!    streams (none is monotone in the stream count); larger ones only the schedules with k. With no more
-//!    chains than streams, Nimble's stream per chain is kept as is. From `PARALLEL_GROUPS` groups on a
-//!    multi-core machine the smaller counts' candidates are made on a scoped thread beside k's; the choice among
-//!    them (shortest modelled makespan, then fewest waits, then the earlier candidate) is the same.
+//!    streams (none is monotone in the stream count); larger ones only the schedules with k. The schedules
+//!    come first: when one of them reaches the bound (longest path or device area), the merge and its local
+//!    search are skipped (they could at best tie), except at `max` effort. With no more chains than streams,
+//!    Nimble's stream per chain is kept as is. From `PARALLEL_GROUPS` groups on a multi-core machine the
+//!    smaller counts' candidates are made on a scoped thread beside k's; the choice among them (shortest
+//!    modelled makespan, then fewest waits, then the earlier candidate) is the same.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
@@ -55,7 +57,7 @@ use crate::fusion::FusionPlan;
 use crate::group_graph::GroupGraph;
 use crate::ids::{GroupId, StreamId};
 use crate::memory::MemoryPlan;
-use crate::target::Target;
+use crate::target::{Effort, Target};
 use crate::timing::{self, LaunchMode, Task, TaskId};
 use graph_ir::OpCost;
 
@@ -320,30 +322,23 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     while small && counts[counts.len() - 1] >= 4 {
         counts.push(counts[counts.len() - 1] / 2);
     }
-    // The candidates for `kk` streams, each finished and simulated: (plan, makespan, waits).
-    let candidates_for = |kk: usize| -> Vec<(StreamPlan, f64, usize)> {
-        let mut cs: Vec<Candidate> = Vec::new();
-        if small {
-            let _s = tracing::debug_span!("merge").entered();
-            let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
-            let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
-            if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
-                refine(
-                    &mut merged,
-                    &chains.chains,
-                    &chains.chain_of,
-                    &reduced,
-                    &time,
-                    &occ,
-                    &top,
-                    (&bottom, &tail),
-                    kk,
-                );
-            }
-            cs.push(Candidate { stream_of: by_chain(&merged), order: None });
-        }
+    // No assignment's simulated makespan is below the longest path or the device area (the timing model's
+    // bound, DESIGN.md 5): a candidate there cannot be improved on.
+    let bound =
+        (0..n).map(|g| top[g] + time[g]).fold(0f64, f64::max).max(time.iter().zip(&occ).map(|(t, o)| t * o).sum());
+    let at_bound = |m: f64| m <= bound * (1.0 + 1e-9);
+    // Each candidate finished and simulated: (plan, makespan, waits).
+    let evaluate = |c: Candidate| -> (StreamPlan, f64, usize) {
+        let plan = finish(full, &reduced, &c, window, chains.chains.len());
+        let tasks = plan.ordered_tasks(&time, &occ);
+        let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
+        let waits = plan.syncs.len();
+        (plan, makespan, waits)
+    };
+    // The schedules for `kk` streams: one pass each, no search.
+    let schedules_for = |kk: usize| -> Vec<(StreamPlan, f64, usize)> {
         let _s = tracing::debug_span!("schedule").entered();
-        cs.push(Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None });
+        let mut cs = vec![Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None }];
         // A list schedule's start order is a submission order of its own; kept only when reordering is allowed,
         // otherwise its stream choice runs in group order.
         let keep = |order: Vec<u32>| if opts.reorder { Some(order) } else { None };
@@ -354,29 +349,54 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
             let greedy = schedule::list_schedule(&reduced, &time, &bottom, &prev, kk, None);
             cs.push(Candidate { stream_of: greedy.stream_of, order: keep(greedy.order) });
         }
-        cs.into_iter()
-            .map(|c| {
-                let plan = finish(full, &reduced, &c, window, chains.chains.len());
-                let tasks = plan.ordered_tasks(&time, &occ);
-                let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
-                let waits = plan.syncs.len();
-                (plan, makespan, waits)
+        cs.into_iter().map(evaluate).collect()
+    };
+    // The chain merge for `kk` streams, refined by local search on small enough graphs.
+    let merge_for = |kk: usize| -> (StreamPlan, f64, usize) {
+        let _s = tracing::debug_span!("merge").entered();
+        let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
+        let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
+        if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
+            refine(
+                &mut merged,
+                &chains.chains,
+                &chains.chain_of,
+                &reduced,
+                &time,
+                &occ,
+                &top,
+                (&bottom, &tail),
+                kk,
+                &at_bound,
+            );
+        }
+        evaluate(Candidate { stream_of: by_chain(&merged), order: None })
+    };
+    // The stream counts' work is independent: from PARALLEL_GROUPS groups on a multi-core machine, the smaller
+    // counts run on a scoped thread while this one does `k` (the largest share). Results keep their order.
+    let per_count = |work: &(dyn Fn(usize) -> Vec<(StreamPlan, f64, usize)> + Sync)| -> Vec<Vec<_>> {
+        if split && counts.len() > 1 && n >= PARALLEL_GROUPS {
+            std::thread::scope(|scope| {
+                let rest = scope.spawn(|| counts[1..].iter().map(|&kk| work(kk)).collect::<Vec<_>>());
+                let mut all = vec![work(k)];
+                all.extend(rest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+                all
             })
-            .collect()
+        } else {
+            counts.iter().map(|&kk| work(kk)).collect()
+        }
     };
-    // The stream counts' candidates are independent: from PARALLEL_GROUPS groups on a multi-core machine, the
-    // smaller counts run on a scoped thread while this one does `k` (the largest share: its refinement tries the
-    // most moves). The candidates keep their order, so the choice below is the sequential one.
-    let evaluated: Vec<(StreamPlan, f64, usize)> = if split && counts.len() > 1 && n >= PARALLEL_GROUPS {
-        std::thread::scope(|scope| {
-            let rest = scope.spawn(|| counts[1..].iter().flat_map(|&kk| candidates_for(kk)).collect::<Vec<_>>());
-            let mut first = candidates_for(k);
-            first.extend(rest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-            first
-        })
+    let schedules = per_count(&schedules_for);
+    // The merge and its local search only pay while no schedule reaches the bound: past it they could at best
+    // tie. At `max` effort they always run (a tie with fewer waits still wins).
+    let scheduled_at_bound = schedules.iter().flatten().any(|(_, m, _)| at_bound(*m));
+    let merges: Vec<Vec<_>> = if small && (opts.target.effort == Effort::Max || !scheduled_at_bound) {
+        per_count(&|kk| vec![merge_for(kk)])
     } else {
-        counts.iter().flat_map(|&kk| candidates_for(kk)).collect()
+        counts.iter().map(|_| Vec::new()).collect()
     };
+    // Per stream count, the merge first, then the schedules (the order the tie-break below reads).
+    let evaluated = merges.into_iter().zip(schedules).flat_map(|(m, s)| m.into_iter().chain(s));
     // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
     let mut best: Option<(f64, usize, StreamPlan)> = None;
     for (plan, makespan, waits) in evaluated {
@@ -550,14 +570,8 @@ fn refine(
     top: &[f64],
     (bottom, tail): (&[f64], &[f64]),
     k: usize,
+    at_bound: &dyn Fn(f64) -> bool,
 ) {
-    // No assignment's simulated makespan is below the longest path or the device area (the timing model's
-    // bound, DESIGN.md 5): once there, no move can improve and the search stops.
-    let bound = (0..time.len())
-        .map(|g| top[g] + time[g])
-        .fold(0f64, f64::max)
-        .max(time.iter().zip(occ).map(|(t, o)| t * o).sum());
-    let at_bound = |m: f64| m <= bound * (1.0 + 1e-9);
     let mut stream_of: Vec<u32> = chain_of.iter().map(|&c| chain_stream[c as usize]).collect();
     let mut tasks = Vec::new();
     let mut sim = timing::Simulator::default();
