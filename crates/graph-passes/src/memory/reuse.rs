@@ -2,7 +2,8 @@
 //!
 //! **Edges** (DESIGN.md section 3): when buffer B takes bytes that buffer A held, every reader of A (its writer,
 //! when unread) must happen-before B's writer. Sweeping buffers by start step over an address map of "most
-//! recent occupant" finds, for each B, exactly the buffers whose bytes it takes last, in O(n log n).
+//! recent occupant" finds, for each B, exactly the buffers whose bytes it takes last, in O(n log n) (a tree of
+//! ranges), or O(n + slots) where the layout sits on few slots of a power of two (one occupant per slot).
 //!
 //! **Preference** (`prefer_ordered`): among the places where a buffer fits without raising the pool, prefer one
 //! whose previous occupants' readers are all DAG ancestors of its writer, so that reuse adds no ordering the data
@@ -23,22 +24,69 @@ use crate::ids::GroupId;
 use crate::interval::Interval;
 use crate::memory::reach::Reach;
 
-/// Address map: start offset -> (end offset, occupant) of the most recent occupant of each byte range.
-#[derive(Default)]
-struct AddressMap {
-    map: BTreeMap<u64, (u64, u32)>,
+/// Address map: the most recent occupant of each byte of the pool.
+///
+/// Where every range sits on slots of a power of two and the slots are few (at most four per range plus a
+/// few) and the ranges' sizes sum to a few slots each, one occupant per slot in a flat table: a query or an
+/// update reads its range's slots, with no tree walk. Otherwise a tree of maximal ranges, start offset ->
+/// (end offset, occupant). Both answer the same (`occupants` and `occupy` below).
+enum AddressMap {
+    Tree(BTreeMap<u64, (u64, u32)>),
+    /// `owner[x]`: the occupant of slot `x` (`1 << shift` bytes), `u32::MAX` when none has been placed there.
+    Slots {
+        shift: u32,
+        owner: Vec<u32>,
+    },
 }
 
 impl AddressMap {
+    /// A map for ranges `(offset, size)` that end at most at `height`; any later range must sit on the
+    /// same slots (true of a move to a gap between others: its bounds are other ranges' bounds or the height).
+    fn for_ranges(ranges: impl Iterator<Item = (u64, u64)> + Clone, height: u64) -> AddressMap {
+        let (mut bits, mut count, mut nonempty) = (height, 0u64, true);
+        for (offset, size) in ranges.clone() {
+            bits |= offset | size;
+            count += 1;
+            nonempty &= size > 0 && offset.checked_add(size).is_some_and(|e| e <= height);
+        }
+        let shift = bits.trailing_zeros().min(63);
+        let slots = height >> shift;
+        let small = nonempty
+            && bits != 0
+            && slots <= 4 * count + 64
+            && ranges
+                .map(|(_, size)| size >> shift)
+                .try_fold(0u64, |sum, x| sum.checked_add(x))
+                .is_some_and(|sum| sum <= 8 * (count + slots));
+        if small {
+            AddressMap::Slots { shift, owner: vec![u32::MAX; slots as usize] }
+        } else {
+            AddressMap::Tree(BTreeMap::new())
+        }
+    }
+
     /// Occupants of `[lo, hi)`, ascending and deduplicated, into `out` (cleared first).
     fn occupants(&self, lo: u64, hi: u64, out: &mut Vec<u32>) {
         out.clear();
-        if let Some((_, &(e, j))) = self.map.range(..lo).next_back() {
-            if e > lo {
-                out.push(j);
+        match self {
+            AddressMap::Tree(map) => {
+                if let Some((_, &(e, j))) = map.range(..lo).next_back() {
+                    if e > lo {
+                        out.push(j);
+                    }
+                }
+                out.extend(map.range(lo..hi).map(|(_, &(_, j))| j));
+            }
+            AddressMap::Slots { shift, owner } => {
+                let mut last = u32::MAX;
+                for &j in &owner[(lo >> shift) as usize..(hi >> shift) as usize] {
+                    if j != last && j != u32::MAX {
+                        out.push(j);
+                    }
+                    last = j;
+                }
             }
         }
-        out.extend(self.map.range(lo..hi).map(|(_, &(_, j))| j));
         out.sort_unstable();
         out.dedup();
     }
@@ -46,26 +94,42 @@ impl AddressMap {
     /// Make `who` the occupant of `[lo, hi)`; the previous occupants go to `displaced` (cleared first),
     /// ascending and deduplicated. `starts` is scratch space.
     fn occupy(&mut self, lo: u64, hi: u64, who: u32, displaced: &mut Vec<u32>, starts: &mut Vec<u64>) {
+        let map = match self {
+            AddressMap::Tree(map) => map,
+            AddressMap::Slots { shift, owner } => {
+                displaced.clear();
+                let mut last = u32::MAX;
+                for j in &mut owner[(lo >> *shift) as usize..(hi >> *shift) as usize] {
+                    if *j != last && *j != u32::MAX {
+                        displaced.push(*j);
+                    }
+                    last = std::mem::replace(j, who);
+                }
+                displaced.sort_unstable();
+                displaced.dedup();
+                return;
+            }
+        };
         starts.clear();
         displaced.clear();
-        if let Some((&s, &(e, _))) = self.map.range(..lo).next_back() {
+        if let Some((&s, &(e, _))) = map.range(..lo).next_back() {
             if e > lo {
                 starts.push(s);
             }
         }
-        starts.extend(self.map.range(lo..hi).map(|(&s, _)| s));
+        starts.extend(map.range(lo..hi).map(|(&s, _)| s));
         for &s in starts.iter() {
-            if let Some((e, j)) = self.map.remove(&s) {
+            if let Some((e, j)) = map.remove(&s) {
                 displaced.push(j);
                 if s < lo {
-                    self.map.insert(s, (lo, j));
+                    map.insert(s, (lo, j));
                 }
                 if e > hi {
-                    self.map.insert(hi, (e, j));
+                    map.insert(hi, (e, j));
                 }
             }
         }
-        self.map.insert(lo, (hi, who));
+        map.insert(lo, (hi, who));
         displaced.sort_unstable();
         displaced.dedup();
     }
@@ -90,7 +154,8 @@ pub(crate) struct SweepBuffer<'a> {
 pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
     let mut by_start: Vec<usize> = (0..buffers.len()).collect();
     by_start.sort_by_key(|&i| (buffers[i].live.start, i));
-    let mut map = AddressMap::default();
+    let height = buffers.iter().map(|b| b.offset.saturating_add(b.size)).max().unwrap_or(0);
+    let mut map = AddressMap::for_ranges(buffers.iter().map(|b| (b.offset, b.size)), height);
     let mut out = Vec::new();
     let (mut displaced, mut starts) = (Vec::new(), Vec::new());
     for &i in &by_start {
@@ -146,7 +211,7 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     let n = units.len();
     let mut by_start: Vec<usize> = (0..n).collect();
     by_start.sort_by_key(|&i| (units[i].live.start, i));
-    let mut map = AddressMap::default();
+    let mut map = AddressMap::for_ranges(units.iter().map(|u| (u.offset, u.size)), height);
     // Units already swept that may still be live, `(end, unit)`, earliest end first: a unit whose end has
     // passed stays until the next revisit pops it (start steps only grow), so a revisit drops the ended ones
     // without walking the live ones. Only the set of neighbours matters, not its order (their ranges are
@@ -373,6 +438,42 @@ mod tests {
         // The sort's scan: gaps between ranges and up to the height, an empty range splitting its gap.
         let mut free = Gaps::new(&odd, 512);
         assert_eq!(free.sorted([(128, 384), (448, 448)].into_iter()), &[(0, 128), (384, 448), (448, 512)]);
+    }
+
+    #[test]
+    fn slot_table_answers_as_the_tree_does() {
+        // Random sweeps of ranges on 256-byte slots: every query and every update of the slot table gives the
+        // tree's answer, including ranges that split or cover earlier ones.
+        let mut rng = crate::test_rng::XorShift::new(5);
+        for case in 0..300 {
+            let n = 1 + rng.below(30) as usize;
+            let height = 256 * (1 + rng.below(2 * n as u64 + 8));
+            let ranges: Vec<(u64, u64)> = (0..n)
+                .map(|_| {
+                    let size = 256 * (1 + rng.below(3)).min(height / 256);
+                    (256 * rng.below((height - size) / 256 + 1), size)
+                })
+                .collect();
+            let mut slots = AddressMap::for_ranges(ranges.iter().copied(), height);
+            assert!(matches!(slots, AddressMap::Slots { .. }), "case {case}: aligned ranges take the slot table");
+            let mut tree = AddressMap::Tree(BTreeMap::new());
+            let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+            for (who, &(lo, size)) in ranges.iter().enumerate() {
+                let q = 256 * rng.below(height / 256);
+                let q_end = (q + 256 * (1 + rng.below(4))).min(height);
+                slots.occupants(q, q_end, &mut a);
+                tree.occupants(q, q_end, &mut b);
+                assert_eq!(a, b, "case {case}: occupants of [{q}, {q_end})");
+                slots.occupy(lo, lo + size, who as u32, &mut a, &mut scratch);
+                tree.occupy(lo, lo + size, who as u32, &mut b, &mut scratch);
+                assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
+            }
+        }
+        // Ranges off the slots, an empty one, or too many slots for the ranges keep the tree.
+        assert!(matches!(AddressMap::for_ranges([(128, 256)].into_iter(), 512), AddressMap::Slots { shift: 7, .. }));
+        assert!(matches!(AddressMap::for_ranges([(0, 0), (0, 256)].into_iter(), 512), AddressMap::Tree(_)));
+        assert!(matches!(AddressMap::for_ranges([(0, 256)].into_iter(), 256 * 1024), AddressMap::Tree(_)));
+        assert!(matches!(AddressMap::for_ranges([(0, 512)].into_iter(), 256), AddressMap::Tree(_)));
     }
 
     #[test]
