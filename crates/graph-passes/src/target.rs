@@ -25,8 +25,8 @@ pub enum Effort {
     #[default]
     Default,
     /// Ten times the default's budgets (and their caps): slower, sometimes better plans on hard graphs. The
-    /// stream pass's chain merge and local search run even when a schedule already reaches the bound (a tie
-    /// with fewer waits can still win).
+    /// stream pass's local search runs even when a schedule already reaches the bound (a tie with fewer waits
+    /// can still win).
     Max,
 }
 

@@ -281,11 +281,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// The default effort skips the chain merge and its local search once a schedule reaches the bound, so it
-    /// must model the same makespan as `max` (which always runs them), and `max`, choosing among more
-    /// candidates in the same order, never needs more waits at that makespan.
+    /// The default effort skips the chain merge's local search once a schedule reaches the bound, so it must
+    /// model the same makespan as `max` (which always runs it), and `max`, whose refined merge is the unrefined
+    /// one whenever that is already at the bound, never needs more waits at that makespan.
     #[test]
-    fn skipping_the_merge_at_the_bound_loses_nothing((preds, time) in arb_dag(), k in 2usize..6) {
+    fn skipping_the_local_search_at_the_bound_loses_nothing((preds, time) in arb_dag(), k in 2usize..6) {
         let occ: Vec<f64> = time.iter().map(|t| (t / 10.0).min(1.0)).collect();
         let with = |effort: Effort| {
             let mut o = StreamOptions::with_streams(k);

@@ -23,8 +23,9 @@
 //!
 //!    Graphs with at most `MERGE_CHAINS_PER_STREAM` chains per stream try all of them with k, k/2, ... >= 2
 //!    streams (none is monotone in the stream count); larger ones only the schedules with k. The schedules
-//!    come first: when one of them reaches the bound (longest path or device area), the merge and its local
-//!    search are skipped (they could at best tie), except at `max` effort. With no more chains than streams,
+//!    come first: when one of them reaches the bound (longest path or device area), the merge's local search
+//!    is skipped (it could at best tie), except at `max` effort; the merge itself, one greedy pass, still
+//!    competes (at equal makespans it often needs the fewest waits). With no more chains than streams,
 //!    Nimble's stream per chain is kept as is. From `PARALLEL_GROUPS` groups on a multi-core machine the
 //!    smaller counts' candidates are made on a scoped thread beside k's; the choice among them (shortest
 //!    modelled makespan, then fewest waits, then the earlier candidate) is the same.
@@ -351,12 +352,12 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
         }
         cs.into_iter().map(evaluate).collect()
     };
-    // The chain merge for `kk` streams, refined by local search on small enough graphs.
-    let merge_for = |kk: usize| -> (StreamPlan, f64, usize) {
+    // The chain merge for `kk` streams, refined by local search (with `search`) on small enough graphs.
+    let merge_for = |kk: usize, search: bool| -> (StreamPlan, f64, usize) {
         let _s = tracing::debug_span!("merge").entered();
         let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
         let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
-        if (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
+        if search && (chains.chains.len().saturating_mul(kk).saturating_mul(n) as u64) <= refine_budget {
             refine(
                 &mut merged,
                 &chains.chains,
@@ -387,14 +388,13 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
         }
     };
     let schedules = per_count(&schedules_for);
-    // The merge and its local search only pay while no schedule reaches the bound: past it they could at best
-    // tie. At `max` effort they always run (a tie with fewer waits still wins).
+    // The local search only pays while no schedule reaches the bound: past it, it could at best tie. At `max`
+    // effort it always runs (a tie with fewer waits still wins). The merge alone is one greedy pass and stays a
+    // candidate either way.
     let scheduled_at_bound = schedules.iter().flatten().any(|(_, m, _)| at_bound(*m));
-    let merges: Vec<Vec<_>> = if small && (opts.target.effort == Effort::Max || !scheduled_at_bound) {
-        per_count(&|kk| vec![merge_for(kk)])
-    } else {
-        counts.iter().map(|_| Vec::new()).collect()
-    };
+    let search = opts.target.effort == Effort::Max || !scheduled_at_bound;
+    let merges: Vec<Vec<_>> =
+        if small { per_count(&|kk| vec![merge_for(kk, search)]) } else { counts.iter().map(|_| Vec::new()).collect() };
     // Per stream count, the merge first, then the schedules (the order the tie-break below reads).
     let evaluated = merges.into_iter().zip(schedules).flat_map(|(m, s)| m.into_iter().chain(s));
     // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
