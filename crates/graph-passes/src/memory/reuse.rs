@@ -234,9 +234,17 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
     // revisit to the later units beside it: each unit enters and leaves at most as often as the window's end
     // passes it, not once per revisit. A unit leaves the window when its turn comes (its place may change).
     let mut window = 0usize;
+    // The slots of each unit's range, by start position: the window walks them in that order, so they are read
+    // in sequence instead of from the units (empty on the sorting path, where coverage is not counted). A unit
+    // leaves the window at its own turn, before it may move, so its entry stays right while it is read.
+    let at: Vec<(u32, u32)> = if free.cover.is_empty() {
+        Vec::new()
+    } else {
+        by_start.iter().map(|&j| free.slots(range(&units[j]))).collect()
+    };
     for (k, &i) in by_start.iter().enumerate() {
-        if k < window {
-            free.cover(range(&units[i]), -1);
+        if let Some(&x) = at.get(k).filter(|_| k < window) {
+            free.cover_slots(x, -1);
         }
         window = window.max(k + 1);
         let Interval { start, end } = units[i].live;
@@ -258,11 +266,11 @@ pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Re
             let neighbours = (active.len() + later.len()).min(MAX_NEIGHBOURS + 1);
             work_left = work_left.saturating_sub(neighbours as u64 + 1);
             if neighbours <= MAX_NEIGHBOURS {
-                for &j in by_start.get(window..later_end).unwrap_or_default() {
-                    free.cover(range(&units[j]), 1);
+                for &x in at.get(window..later_end).unwrap_or_default() {
+                    free.cover_slots(x, 1);
                 }
-                for &j in by_start.get(later_end..window).unwrap_or_default() {
-                    free.cover(range(&units[j]), -1);
+                for &x in at.get(later_end..window).unwrap_or_default() {
+                    free.cover_slots(x, -1);
                 }
                 window = later_end;
                 let gaps = if free.counts(neighbours) {
@@ -330,8 +338,22 @@ impl Gaps {
     /// Add (`delta` 1) or remove (-1) a unit's byte range from the coverage (nothing on the sorting path).
     fn cover(&mut self, (lo, hi): (u64, u64), delta: i32) {
         if !self.cover.is_empty() {
-            self.cover[(lo >> self.shift) as usize] += delta;
-            self.cover[(hi >> self.shift) as usize] -= delta;
+            self.cover_slots(self.slots((lo, hi)), delta);
+        }
+    }
+
+    /// The first slot of a byte range and the slot just past it (on the counting path).
+    fn slots(&self, (lo, hi): (u64, u64)) -> (u32, u32) {
+        ((lo >> self.shift) as u32, (hi >> self.shift) as u32)
+    }
+
+    /// [`Gaps::cover`] of a range given by its [`Gaps::slots`] (the counting path only).
+    fn cover_slots(&mut self, (lo, hi): (u32, u32), delta: i32) {
+        if let Some(c) = self.cover.get_mut(lo as usize) {
+            *c += delta;
+        }
+        if let Some(c) = self.cover.get_mut(hi as usize) {
+            *c -= delta;
         }
     }
 
