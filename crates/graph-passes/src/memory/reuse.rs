@@ -78,13 +78,7 @@ impl AddressMap {
                 out.extend(map.range(lo..hi).map(|(_, &(_, j))| j));
             }
             AddressMap::Slots { shift, owner } => {
-                let mut last = u32::MAX;
-                for &j in &owner[(lo >> shift) as usize..(hi >> shift) as usize] {
-                    if j != last && j != u32::MAX {
-                        out.push(j);
-                    }
-                    last = j;
-                }
+                push_placed(&owner[(lo >> shift) as usize..(hi >> shift) as usize], out);
             }
         }
         out.sort_unstable();
@@ -94,44 +88,48 @@ impl AddressMap {
     /// Make `who` the occupant of `[lo, hi)`; the previous occupants go to `displaced` (cleared first),
     /// ascending and deduplicated. `starts` is scratch space.
     fn occupy(&mut self, lo: u64, hi: u64, who: u32, displaced: &mut Vec<u32>, starts: &mut Vec<u64>) {
-        let map = match self {
-            AddressMap::Tree(map) => map,
-            AddressMap::Slots { shift, owner } => {
-                displaced.clear();
-                let mut last = u32::MAX;
-                for j in &mut owner[(lo >> *shift) as usize..(hi >> *shift) as usize] {
-                    if *j != last && *j != u32::MAX {
-                        displaced.push(*j);
-                    }
-                    last = std::mem::replace(j, who);
-                }
-                displaced.sort_unstable();
-                displaced.dedup();
-                return;
-            }
-        };
-        starts.clear();
         displaced.clear();
-        if let Some((&s, &(e, _))) = map.range(..lo).next_back() {
-            if e > lo {
-                starts.push(s);
+        match self {
+            AddressMap::Slots { shift, owner } => {
+                let slots = &mut owner[(lo >> *shift) as usize..(hi >> *shift) as usize];
+                push_placed(slots, displaced);
+                slots.fill(who);
+            }
+            AddressMap::Tree(map) => {
+                starts.clear();
+                if let Some((&s, &(e, _))) = map.range(..lo).next_back() {
+                    if e > lo {
+                        starts.push(s);
+                    }
+                }
+                starts.extend(map.range(lo..hi).map(|(&s, _)| s));
+                for &s in starts.iter() {
+                    if let Some((e, j)) = map.remove(&s) {
+                        displaced.push(j);
+                        if s < lo {
+                            map.insert(s, (lo, j));
+                        }
+                        if e > hi {
+                            map.insert(hi, (e, j));
+                        }
+                    }
+                }
+                map.insert(lo, (hi, who));
             }
         }
-        starts.extend(map.range(lo..hi).map(|(&s, _)| s));
-        for &s in starts.iter() {
-            if let Some((e, j)) = map.remove(&s) {
-                displaced.push(j);
-                if s < lo {
-                    map.insert(s, (lo, j));
-                }
-                if e > hi {
-                    map.insert(hi, (e, j));
-                }
-            }
-        }
-        map.insert(lo, (hi, who));
         displaced.sort_unstable();
         displaced.dedup();
+    }
+}
+
+/// The occupants of a run of slots onto `out`, each once per stretch of slots it holds (empty slots skipped).
+fn push_placed(slots: &[u32], out: &mut Vec<u32>) {
+    let mut last = u32::MAX;
+    for &j in slots {
+        if j != last && j != u32::MAX {
+            out.push(j);
+        }
+        last = j;
     }
 }
 
