@@ -339,8 +339,14 @@ impl Pass<'_, '_> {
             return Err((RejectReason::GraphOutput, Why::GraphOutput { p }));
         }
         let merged = self.groups.structural(d, caps, pg, cg)?;
+        let quiet = !self.opts.decisions;
+        if quiet {
+            // No decision records which rule refused: the row rules, which need no merged lists, go before the
+            // preview (as in `try_merge`). Same verdict.
+            self.groups.shaped_rows(d, caps, pg, cg, &merged, false)?;
+        }
         let pv = self.groups.preview(d, pg, cg);
-        self.groups.shaped(d, caps, pg, cg, &merged, &pv, false)?;
+        self.groups.shaped(d, caps, pg, cg, &merged, &pv, quiet)?;
         if let Some(why) = self.model.loses_concurrency(d, &self.groups, pg, cg, &pv) {
             return Err((RejectReason::LosesConcurrency, why));
         }
