@@ -10,6 +10,7 @@
 // Library code returns typed errors; tests may unwrap (clippy.toml allows it inside #[test] and #[cfg(test)]).
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod counting;
 pub mod device;
 pub mod error;
 pub mod estimate;

@@ -150,8 +150,7 @@ pub(crate) struct SweepBuffer<'a> {
 /// For each buffer, the buffers whose bytes it takes last, as `(from, to)` group edges (from != to), sorted and
 /// deduplicated.
 pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
-    let mut by_start: Vec<usize> = (0..buffers.len()).collect();
-    by_start.sort_by_key(|&i| (buffers[i].live.start, i));
+    let by_start = crate::counting::indices_by_key(buffers.len(), |i| u64::from(buffers[i].live.start));
     let height = buffers.iter().map(|b| b.offset.saturating_add(b.size)).max().unwrap_or(0);
     let mut map = AddressMap::for_ranges(buffers.iter().map(|b| (b.offset, b.size)), height);
     let mut out = Vec::new();
@@ -207,8 +206,7 @@ pub(crate) struct PreferStats {
 /// is the pool size the packer reached; no unit ends above it.
 pub(crate) fn prefer_ordered(units: &mut [Unit<'_>], height: u64, reach: &mut Reach<'_>, budget: u64) -> PreferStats {
     let n = units.len();
-    let mut by_start: Vec<usize> = (0..n).collect();
-    by_start.sort_by_key(|&i| (units[i].live.start, i));
+    let by_start = crate::counting::indices_by_key(n, |i| u64::from(units[i].live.start));
     let mut map = AddressMap::for_ranges(units.iter().map(|u| (u.offset, u.size)), height);
     // Units already swept that may still be live, `(end, unit)`, earliest end first: a unit whose end has
     // passed stays until the next revisit pops it (start steps only grow), so a revisit drops the ended ones

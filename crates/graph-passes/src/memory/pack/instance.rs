@@ -83,7 +83,14 @@ impl Instance {
             points.push((buffers[o].lower, 2 * i as u32));
             points.push((buffers[o].upper, 2 * i as u32 + 1));
         }
-        points.sort_unstable();
+        // Only the times' order matters (ties get one rank whatever their order): by counting when they are
+        // small, as a plan's steps are.
+        let bound = points.iter().map(|p| p.0).max().map_or(0, |m| m.saturating_add(1));
+        if crate::counting::pays(points.len(), bound) {
+            points = crate::counting::sort_by_small_key(&points, bound as usize, |p| p.0 as usize);
+        } else {
+            points.sort_unstable();
+        }
         let mut start = vec![0u32; n];
         let mut end = vec![0u32; n];
         let mut rank = 0u32;
@@ -123,8 +130,7 @@ impl Instance {
         }
 
         // Components, peeled recursively. Members are kept sorted by start, so a sweep finds the cuts.
-        let mut by_start: Vec<usize> = (0..n).collect();
-        by_start.sort_unstable_by_key(|&i| (start[i], i));
+        let by_start = crate::counting::indices_by_key(n, |i| u64::from(start[i]));
         let mut work: Vec<(Vec<usize>, u64)> = split(&by_start, &start, &end).into_iter().map(|m| (m, 0)).collect();
         let mut components = Vec::new();
         let mut pinned = Vec::new();

@@ -297,6 +297,8 @@ pub fn peak_spans(buffers: &[Buffer], alignment: u64) -> (u64, Vec<(u64, u64)>) 
 }
 
 /// The sweep's events: `(time, starts, aligned size)`, ends before starts at equal times (half-open lifetimes).
+/// Both sweeps read only the totals after each time's events, so the order among one time's starts (or ends)
+/// does not matter: by counting when the times are small, as a plan's steps are.
 fn sweep_events(buffers: &[Buffer], alignment: u64) -> Vec<(u64, bool, u128)> {
     let align = alignment.max(1);
     let mut events: Vec<(u64, bool, u128)> = Vec::with_capacity(2 * buffers.len());
@@ -307,6 +309,10 @@ fn sweep_events(buffers: &[Buffer], alignment: u64) -> Vec<(u64, bool, u128)> {
             events.push((b.lower, true, aligned));
             events.push((b.upper, false, aligned));
         }
+    }
+    let bound = events.iter().map(|e| e.0).max().map_or(0, |m| m.saturating_add(1).saturating_mul(2));
+    if crate::counting::pays(events.len(), bound) {
+        return crate::counting::sort_by_small_key(&events, bound as usize, |e| 2 * e.0 as usize + usize::from(e.1));
     }
     events.sort_unstable();
     events

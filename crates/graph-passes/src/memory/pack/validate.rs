@@ -1,6 +1,6 @@
 //! Independent validator: does an offset assignment keep every pair of time-overlapping buffers apart in space?
 //!
-//! It shares nothing with the packer but the [`Buffer`] type: a sweep over time (ends before starts at equal times,
+//! It shares nothing with the packer but the [`Buffer`] type (and the crate's counting sort of its events): a sweep over time (ends before starts at equal times,
 //! since lifetimes are half-open) keeps the live buffers in an ordered map keyed by offset. The live ranges are
 //! disjoint (the sweep stops at the first collision), so a new range `[offset, end)` meets one of them exactly
 //! when it meets the live range starting last below `end` (any range it meets starts below `end`, and of
@@ -91,7 +91,14 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
             events.push(event(b.upper, 0, index));
         }
     }
-    events.sort_unstable();
+    // Pushed in index order, so a stable sort on (time, kind) gives the order of the whole integer: by counting
+    // when the times are small (a plan's steps), else by comparison.
+    let bound = events.iter().map(|&e| e >> 63).max().map_or(0, |m| m + 1);
+    if crate::counting::pays(events.len(), u64::try_from(bound).unwrap_or(u64::MAX)) {
+        events = crate::counting::sort_by_small_key(&events, bound as usize, |&e| (e >> 63) as usize);
+    } else {
+        events.sort_unstable();
+    }
 
     // Live byte ranges keyed by offset; ranges in the map never overlap (we stop at the first collision), so
     // distinct live buffers have distinct offsets.
@@ -167,6 +174,21 @@ mod tests {
     fn zero_size_never_conflicts() {
         let bufs = [b(0, 4, 4), b(1, 2, 0)];
         assert_eq!(check(&bufs, &[0, 1]), Ok(()));
+    }
+
+    #[test]
+    fn far_times_find_the_same_first_overlap_as_near_ones() {
+        // Near times sort by counting, times past u64's top half by comparison: the same instance shifted in time
+        // reports the same first collision, and the same valid packing passes.
+        let shift = 1u64 << 63;
+        let near = [b(0, 4, 4), b(2, 9, 4), b(3, 5, 4), b(4, 6, 4)];
+        let far: Vec<Buffer> = near.iter().map(|x| b(x.lower + shift, x.upper + shift, x.size)).collect();
+        let offsets = [0, 4, 6, 0];
+        let (n, f) = (check(&near, &offsets).unwrap_err(), check(&far, &offsets).unwrap_err());
+        assert!(matches!(n, PackViolation::Overlap { first: 1, second: 2, time: 3, .. }), "{n:?}");
+        assert!(matches!(f, PackViolation::Overlap { first: 1, second: 2, .. }), "{f:?}");
+        assert_eq!(check(&near, &[0, 4, 8, 0]), Ok(()));
+        assert_eq!(check(&far, &[0, 4, 8, 0]), Ok(()));
     }
 
     #[test]
