@@ -168,7 +168,14 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
             }
         }
     }
-    out.sort_unstable();
+    // In (from, to) order: two stable counting passes, on `to` then on `from`, when the groups are few enough.
+    let bound = out.iter().map(|&(f, t)| f.index().max(t.index()) as u64 + 1).max().unwrap_or(0);
+    if crate::counting::pays(out.len(), bound) {
+        out = crate::counting::sort_by_small_key(&out, bound as usize, |e| e.1.index());
+        out = crate::counting::sort_by_small_key(&out, bound as usize, |e| e.0.index());
+    } else {
+        out.sort_unstable();
+    }
     out.dedup();
     out
 }
