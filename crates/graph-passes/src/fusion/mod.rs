@@ -72,7 +72,10 @@
 //!
 //! Legality of a merge, checked in this order: never across a custom kernel or a copy; kernel-class rules above;
 //! the caps (`FusionCaps`); the exact cycle check; the concurrency check. Every candidate that is not merged gets
-//! a [`RejectReason`], listed by [`FusionPlan::explain`].
+//! a [`RejectReason`], listed by [`FusionPlan::explain`]: the first in this order that refuses it. Phase 2 and 3
+//! merges run the cycle check before the kernel-class rules (it is the cheaper refusal on a branchy graph), and a
+//! plan build, which records no reason, stops at its refusal; with decisions the rules still run and their
+//! refusal is the one recorded. The checks done, and so the work and budget spent, are the same either way.
 //!
 //! **Cycle check.** Phases 2 and 3 keep a topological order of the group DAG (dynamic, after Pearce and Kelly):
 //! merging `X` (ordered first) and `Y` creates a cycle exactly when a group ordered strictly between them is
