@@ -1,10 +1,11 @@
 //! Independent validator: does an offset assignment keep every pair of time-overlapping buffers apart in space?
 //!
-//! It shares nothing with the packer but the [`Buffer`] type (and the crate's counting sort of its events): a sweep over time (ends before starts at equal times,
-//! since lifetimes are half-open) keeps the live buffers in an ordered map keyed by offset. The live ranges are
-//! disjoint (the sweep stops at the first collision), so a new range `[offset, end)` meets one of them exactly
-//! when it meets the live range starting last below `end` (any range it meets starts below `end`, and of
-//! disjoint ranges the one starting later also ends later): one query per insertion, O(n log n) in all.
+//! It shares nothing with the packer but the [`Buffer`] type (and the crate's counting sort of its events): a sweep
+//! over time (ends before starts at equal times, since lifetimes are half-open) keeps the live buffers in an
+//! ordered map keyed by offset. The live ranges are disjoint (the sweep stops at the first collision), so a new
+//! range `[offset, end)` meets one of them exactly when it meets the live range starting last below `end` (any
+//! range it meets starts below `end`, and of disjoint ranges the one starting later also ends later): one query
+//! per insertion, O(n log n) in all.
 //! Sizes are the buffers' own (unaligned) sizes: the check is about real bytes, not about padding.
 
 use std::collections::BTreeMap;
