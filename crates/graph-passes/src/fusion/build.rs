@@ -405,7 +405,8 @@ impl Pass<'_, '_> {
                     }
                 }
             }
-            cands.sort_unstable_by_key(|e| e.0);
+            // Distinct keys, so any sort gives this order: a radix sort, linear in the candidates.
+            crate::counting::sort_by_u128_key(&mut cands, |e| e.0);
             let mut merged_any = false;
             for (_, m, c) in cands {
                 let (x, y) = (self.groups.owner[m as usize], self.groups.owner[c as usize]);
