@@ -616,7 +616,7 @@ impl<'g> Fusion<'g> {
     }
 
     /// [`Fusion::new`], with the Concat candidates a run under `opts` needs built once here: on a second thread
-    /// beside the start from [`PARALLEL_START_NODES`] nodes on a multi-core machine (both only read the graph).
+    /// beside the start from 8,192 nodes (`PARALLEL_START_NODES`) on a multi-core machine (both only read the graph).
     /// Every run gives the same plan as after [`Fusion::new`].
     pub fn prepared(
         graph: &'g ComputeGraph,
