@@ -4,15 +4,27 @@
 //! for keys that are not small (a MiniMalloc instance's times are arbitrary). Fusion's phase-2 candidates sort
 //! by a 128-bit key packing a score and two positions: a radix sort on the bytes that vary.
 
-/// Whether keys below `bound` are small enough for [`sort_by_small_key`] on `len` items: the buckets stay within
-/// a few times the items.
-pub(crate) fn pays(len: usize, bound: u64) -> bool {
+/// Whether keys below `bound` are small enough for a counting sort of `len` items: the buckets stay within a few
+/// times the items.
+fn pays(len: usize, bound: u64) -> bool {
     bound <= 4 * (len as u64) + 1024
 }
 
-/// `items` ordered by `key`, stable (items with equal keys keep their order), as `sort_by_key` orders them; every
-/// key must be below `bound` (one counting pass, then one placing pass; see [`pays`]).
-pub(crate) fn sort_by_small_key<T: Copy>(items: &[T], bound: usize, key: impl Fn(&T) -> usize) -> Vec<T> {
+/// Sort `items` stably by `key` (items with equal keys keep their order, as `sort_by_key` leaves them) by counting,
+/// when the keys are small ([`pays`]); otherwise leave them as they are and return false, for the caller's
+/// comparison sort.
+pub(crate) fn sort_small<T: Copy>(items: &mut Vec<T>, key: impl Fn(&T) -> u64) -> bool {
+    let bound = items.iter().map(&key).max().map_or(0, |m| m.saturating_add(1));
+    if !pays(items.len(), bound) {
+        return false;
+    }
+    // `bound` is at most 4 len + 1024 here, so it fits a usize and every key below it does.
+    *items = sort_by_small_key(items, bound as usize, |it| key(it) as usize);
+    true
+}
+
+/// `items` ordered by `key`, stable; every key must be below `bound` (one counting pass, then one placing pass).
+fn sort_by_small_key<T: Copy>(items: &[T], bound: usize, key: impl Fn(&T) -> usize) -> Vec<T> {
     let mut start = vec![0usize; bound + 1];
     for it in items {
         start[key(it) + 1] += 1;
@@ -31,15 +43,12 @@ pub(crate) fn sort_by_small_key<T: Copy>(items: &[T], bound: usize, key: impl Fn
 }
 
 /// The indices `0..n` ordered by `key(i)`, then by index: what `sort_by_key(|&i| (key(i), i))` gives, by
-/// counting when the keys are small ([`pays`]), else by that sort.
+/// counting when the keys are small, else by that sort.
 pub(crate) fn indices_by_key(n: usize, key: impl Fn(usize) -> u64) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..n).collect();
-    let bound = (0..n).map(&key).max().map_or(0, |m| m.saturating_add(1));
-    if pays(n, bound) {
-        // `bound` is at most 4n + 1024 here, so it fits a usize and every key below it does.
-        return sort_by_small_key(&idx, bound as usize, |&i| key(i) as usize);
+    if !sort_small(&mut idx, |&i| key(i)) {
+        idx.sort_by_key(|&i| (key(i), i));
     }
-    idx.sort_by_key(|&i| (key(i), i));
     idx
 }
 

@@ -169,11 +169,9 @@ pub(crate) fn edges(buffers: &[SweepBuffer<'_>]) -> Vec<(GroupId, GroupId)> {
         }
     }
     // In (from, to) order: two stable counting passes, on `to` then on `from`, when the groups are few enough.
-    let bound = out.iter().map(|&(f, t)| f.index().max(t.index()) as u64 + 1).max().unwrap_or(0);
-    if crate::counting::pays(out.len(), bound) {
-        out = crate::counting::sort_by_small_key(&out, bound as usize, |e| e.1.index());
-        out = crate::counting::sort_by_small_key(&out, bound as usize, |e| e.0.index());
-    } else {
+    let counted = crate::counting::sort_small(&mut out, |e| e.1.index() as u64)
+        && crate::counting::sort_small(&mut out, |e| e.0.index() as u64);
+    if !counted {
         out.sort_unstable();
     }
     out.dedup();
@@ -339,10 +337,8 @@ impl Gaps {
     }
 
     /// Add (`delta` 1) or remove (-1) a unit's byte range from the coverage (nothing on the sorting path).
-    fn cover(&mut self, (lo, hi): (u64, u64), delta: i32) {
-        if !self.cover.is_empty() {
-            self.cover_slots(self.slots((lo, hi)), delta);
-        }
+    fn cover(&mut self, range: (u64, u64), delta: i32) {
+        self.cover_slots(self.slots(range), delta);
     }
 
     /// The first slot of a byte range and the slot just past it (on the counting path).

@@ -222,14 +222,10 @@ fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
     use std::collections::{BTreeMap, BTreeSet};
     let starts = ordering(inst, Order::Start);
     // By end, then index (`free` is ascending and the counting sort stable).
-    let bound = inst.free.iter().map(|&i| u64::from(inst.end[i as usize])).max().map_or(0, |m| m + 1);
-    let ends: Vec<u32> = if crate::counting::pays(inst.free.len(), bound) {
-        crate::counting::sort_by_small_key(&inst.free, bound as usize, |&i| inst.end[i as usize] as usize)
-    } else {
-        let mut ends = inst.free.clone();
+    let mut ends: Vec<u32> = inst.free.clone();
+    if !crate::counting::sort_small(&mut ends, |&i| u64::from(inst.end[i as usize])) {
         ends.sort_unstable_by_key(|&i| (inst.end[i as usize], i));
-        ends
-    };
+    }
     // Free blocks below the top, by offset (-> size) and by (size, offset); everything from `top` up is free.
     let mut by_off: BTreeMap<u64, u64> = BTreeMap::new();
     let mut by_size: BTreeSet<(u64, u64)> = BTreeSet::new();

@@ -85,10 +85,7 @@ impl Instance {
         }
         // Only the times' order matters (ties get one rank whatever their order): by counting when they are
         // small, as a plan's steps are.
-        let bound = points.iter().map(|p| p.0).max().map_or(0, |m| m.saturating_add(1));
-        if crate::counting::pays(points.len(), bound) {
-            points = crate::counting::sort_by_small_key(&points, bound as usize, |p| p.0 as usize);
-        } else {
+        if !crate::counting::sort_small(&mut points, |p| p.0) {
             points.sort_unstable();
         }
         let mut start = vec![0u32; n];

@@ -310,11 +310,9 @@ fn sweep_events(buffers: &[Buffer], alignment: u64) -> Vec<(u64, bool, u128)> {
             events.push((b.upper, false, aligned));
         }
     }
-    let bound = events.iter().map(|e| e.0).max().map_or(0, |m| m.saturating_add(1).saturating_mul(2));
-    if crate::counting::pays(events.len(), bound) {
-        return crate::counting::sort_by_small_key(&events, bound as usize, |e| 2 * e.0 as usize + usize::from(e.1));
+    if !crate::counting::sort_small(&mut events, |e| e.0.saturating_mul(2).saturating_add(u64::from(e.1))) {
+        events.sort_unstable();
     }
-    events.sort_unstable();
     events
 }
 

@@ -94,10 +94,7 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
     }
     // Pushed in index order, so a stable sort on (time, kind) gives the order of the whole integer: by counting
     // when the times are small (a plan's steps), else by comparison.
-    let bound = events.iter().map(|&e| e >> 63).max().map_or(0, |m| m + 1);
-    if crate::counting::pays(events.len(), u64::try_from(bound).unwrap_or(u64::MAX)) {
-        events = crate::counting::sort_by_small_key(&events, bound as usize, |&e| (e >> 63) as usize);
-    } else {
+    if !crate::counting::sort_small(&mut events, |&e| u64::try_from(e >> 63).unwrap_or(u64::MAX)) {
         events.sort_unstable();
     }
 
