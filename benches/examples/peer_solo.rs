@@ -1,5 +1,6 @@
 //! One planner alone in its own process: `cargo run --release -p cuplan-benches --example peer_solo --
-//! oxicuda|cuplan FAMILY NODES STREAMS [REPS]` prints the median build time in milliseconds.
+//! oxicuda|cuplan FAMILY NODES STREAMS [REPS]` prints the median build time in milliseconds (with
+//! `PEER_SOLO_PASSES=1`, also each cuplan build's per-pass milliseconds on stderr).
 //!
 //! The peer bench interleaves both planners in one process, and each leaves the allocator in a state that
 //! changes the other's time (oxicuda-graph at 10k nodes measured 1.4x slower after one version of our pipeline
@@ -21,6 +22,8 @@ fn main() -> Result<()> {
     let streams: usize = streams.parse().context("STREAMS")?;
     let reps: usize = rest.first().map(|r| r.parse()).transpose().context("REPS")?.unwrap_or(7).max(1);
     let g = f.build(nodes)?;
+    // `PEER_SOLO_PASSES=1`: also print each cuplan build's per-pass milliseconds (stderr).
+    let passes = std::env::var_os("PEER_SOLO_PASSES").is_some();
     let mut ms = Vec::with_capacity(reps);
     match who.as_str() {
         "oxicuda" => {
@@ -38,6 +41,9 @@ fn main() -> Result<()> {
                 let t0 = Instant::now();
                 let p = graph_plan::ExecutionPlan::build_with(&g, &opts)?;
                 ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                if passes {
+                    eprintln!("{:?}", p.stats().pass_ms);
+                }
                 std::hint::black_box(p.pool_bytes);
             }
         }

@@ -50,6 +50,7 @@ pub use sync::waits_for_initial_work;
 
 use graph_ir::ComputeGraph;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::device::DeviceProfile;
 use crate::device::LaunchEstimate;
@@ -265,17 +266,48 @@ struct Candidate {
     order: Option<Vec<u32>>,
 }
 
+/// The longest path of launch times through `c`'s streams in its submission order and the edges of `reduced`:
+/// a lower bound on the simulated makespan of `c`'s plan, in O(N + E). The plan's synchronisations and stream
+/// order imply every edge of `reduced`, and no task of the timing model runs faster than alone, so no task of
+/// the simulation finishes before its finish here. A predecessor not yet seen in the order counts as finished at
+/// 0 (a submission order is topological, so none is; without the edge the value is still a lower bound).
+fn path_bound(reduced: &Csr, c: &Candidate, time: &[f64]) -> f64 {
+    let n = reduced.len();
+    let streams = c.stream_of.iter().map(|&s| s as usize + 1).max().unwrap_or(1);
+    let mut finish = vec![0f64; n];
+    let mut last = vec![0f64; streams];
+    let mut visit = |g: usize| {
+        let s = c.stream_of[g] as usize;
+        let start = reduced.row(g).iter().map(|&p| finish[p as usize]).fold(last[s], f64::max);
+        finish[g] = start + time[g];
+        last[s] = finish[g];
+    };
+    match &c.order {
+        Some(order) => order.iter().for_each(|&g| visit(g as usize)),
+        None => (0..n).for_each(visit),
+    }
+    last.into_iter().fold(0f64, f64::max)
+}
+
 /// [`assign`] over compressed rows (row `g`: distinct predecessors of `g`, all `< g`).
 pub fn assign_csr(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOptions) -> StreamPlan {
-    assign_split(full, time_us, occupancy, opts, crate::multi_core())
+    assign_split(full, time_us, occupancy, opts, crate::multi_core(), true).0
 }
 
 /// [`assign_csr`], generating the smaller stream counts' candidates on a scoped thread when `split` allows
-/// (and the graph is large enough to repay it); the plan is the same either way.
-fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOptions, split: bool) -> StreamPlan {
+/// (and the graph is large enough to repay it), and skipping the simulation of candidates whose path bound
+/// rules them out when `skip` allows; the plan is the same either way. Also returns how many were skipped.
+fn assign_split(
+    full: &Csr,
+    time_us: &[f64],
+    occupancy: &[f64],
+    opts: &StreamOptions,
+    split: bool,
+    skip: bool,
+) -> (StreamPlan, usize) {
     let n = full.len();
     if n == 0 {
-        return StreamPlan { num_streams: 1, exact_reduction: true, ..Default::default() };
+        return (StreamPlan { num_streams: 1, exact_reduction: true, ..Default::default() }, 0);
     }
     let clean = |v: Option<&f64>, default: f64| v.copied().filter(|t| t.is_finite() && *t >= 0.0).unwrap_or(default);
     let time: Vec<f64> = (0..n).map(|g| clean(time_us.get(g), 0.0)).collect();
@@ -306,14 +338,14 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     }
     let single = |c: Candidate| finish(full, &reduced, &c, window, chains.chains.len());
     if k == 1 {
-        return single(Candidate { stream_of: vec![0; n], order: None });
+        return (single(Candidate { stream_of: vec![0; n], order: None }), 0);
     }
     if chains.chains.len() <= k {
         // Nimble: a stream per chain; every group can start as soon as its predecessors end.
         let ids: Vec<u32> = (0..chains.chains.len() as u32).collect();
         // With enough streams, Nimble's guarantees hold: unordered groups never share a stream (maximum logical
         // concurrency) and the cross-stream edges are the fewest any chain cover leaves.
-        return single(Candidate { stream_of: by_chain(&ids), order: None });
+        return (single(Candidate { stream_of: by_chain(&ids), order: None }), 0);
     }
     // Small graphs (few chains per stream) try every rule with k, k/2, k/4, ... >= 2 streams: neither rule is
     // monotone in the stream count (more concurrent launches can slow the critical path when they share the
@@ -328,16 +360,31 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     let bound =
         (0..n).map(|g| top[g] + time[g]).fold(0f64, f64::max).max(time.iter().zip(&occ).map(|(t, o)| t * o).sum());
     let at_bound = |m: f64| m <= bound * (1.0 + 1e-9);
-    // Each candidate finished and simulated: (plan, makespan, waits).
-    let evaluate = |c: Candidate| -> (StreamPlan, f64, usize) {
+    // The shortest makespan simulated so far (its f64 bits: for non-negative values they order as the values
+    // do), shared by the stream counts' threads.
+    let shortest = AtomicU64::new(f64::INFINITY.to_bits());
+    let skipped = AtomicUsize::new(0);
+    // Each candidate finished and simulated: (plan, makespan, waits); `None` when its path bound
+    // (`path_bound`) already lies past the tolerance of the shortest makespan simulated so far and of the
+    // bound. Its makespan is at least that path, so it can neither be kept below nor reach the bound, and its
+    // synchronisations and simulation (most of a candidate's cost) are not worth computing. Which candidates
+    // are skipped depends on the order the threads simulate them in; the plan kept does not.
+    let evaluate = |c: Candidate| -> Option<(StreamPlan, f64, usize)> {
+        let lb = path_bound(&reduced, &c, &time);
+        let limit = f64::from_bits(shortest.load(Ordering::Relaxed)).max(bound);
+        if skip && lb > limit * (1.0 + SKIP_TOLERANCE) {
+            skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
         let plan = finish(full, &reduced, &c, window, chains.chains.len());
         let tasks = plan.ordered_tasks(&time, &occ);
         let makespan = timing::simulate_makespan(&tasks, 0.0).unwrap_or(f64::INFINITY);
+        shortest.fetch_min(makespan.to_bits(), Ordering::Relaxed);
         let waits = plan.syncs.len();
-        (plan, makespan, waits)
+        Some((plan, makespan, waits))
     };
     // The schedules for `kk` streams: one pass each, no search.
-    let schedules_for = |kk: usize| -> Vec<(StreamPlan, f64, usize)> {
+    let schedules_for = |kk: usize| -> Vec<Option<(StreamPlan, f64, usize)>> {
         let _s = tracing::debug_span!("schedule").entered();
         let mut cs = vec![Candidate { stream_of: schedule::in_order(&reduced, &time, &prev, kk), order: None }];
         // A list schedule's start order is a submission order of its own; kept only when reordering is allowed,
@@ -353,7 +400,7 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
         cs.into_iter().map(evaluate).collect()
     };
     // The chain merge for `kk` streams, refined by local search (with `search`) on small enough graphs.
-    let merge_for = |kk: usize, search: bool| -> (StreamPlan, f64, usize) {
+    let merge_for = |kk: usize, search: bool| -> Option<(StreamPlan, f64, usize)> {
         let _s = tracing::debug_span!("merge").entered();
         let mut merged = merge::merge(&chains.chains, &top, &time, &bottom, kk);
         let refine_budget = opts.target.effort.scaled(0, 0, REFINE_BUDGET, REFINE_BUDGET);
@@ -375,7 +422,7 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     };
     // The stream counts' work is independent: from PARALLEL_GROUPS groups on a multi-core machine, the smaller
     // counts run on a scoped thread while this one does `k` (the largest share). Results keep their order.
-    let per_count = |work: &(dyn Fn(usize) -> Vec<(StreamPlan, f64, usize)> + Sync)| -> Vec<Vec<_>> {
+    let per_count = |work: &(dyn Fn(usize) -> Vec<Option<(StreamPlan, f64, usize)>> + Sync)| -> Vec<Vec<_>> {
         if split && counts.len() > 1 && n >= PARALLEL_GROUPS {
             std::thread::scope(|scope| {
                 let rest = scope.spawn(|| counts[1..].iter().map(|&kk| work(kk)).collect::<Vec<_>>());
@@ -391,25 +438,32 @@ fn assign_split(full: &Csr, time_us: &[f64], occupancy: &[f64], opts: &StreamOpt
     // The local search only pays while no schedule reaches the bound: past it, it could at best tie. At `max`
     // effort it always runs (a tie with fewer waits still wins). The merge alone is one greedy pass and stays a
     // candidate either way.
-    let scheduled_at_bound = schedules.iter().flatten().any(|(_, m, _)| at_bound(*m));
+    let scheduled_at_bound = schedules.iter().flatten().flatten().any(|(_, m, _)| at_bound(*m));
     let search = opts.target.effort == Effort::Max || !scheduled_at_bound;
     let merges: Vec<Vec<_>> =
         if small { per_count(&|kk| vec![merge_for(kk, search)]) } else { counts.iter().map(|_| Vec::new()).collect() };
     // Per stream count, the merge first, then the schedules (the order the tie-break below reads).
-    let evaluated = merges.into_iter().zip(schedules).flat_map(|(m, s)| m.into_iter().chain(s));
-    // Keep the candidate with the shortest modelled makespan (ties: fewer waits, then the earlier candidate).
-    let mut best: Option<(f64, usize, StreamPlan)> = None;
+    let evaluated: Vec<(StreamPlan, f64, usize)> =
+        merges.into_iter().zip(schedules).flat_map(|(m, s)| m.into_iter().chain(s)).flatten().collect();
+    // Keep a candidate with the shortest modelled makespan (within a relative `TIE_TOLERANCE`), of those the
+    // one with the fewest waits, then the earliest. A skipped candidate's makespan lies past that tolerance.
+    let shortest = evaluated.iter().map(|e| e.1).fold(f64::INFINITY, f64::min);
+    let mut best: Option<(usize, StreamPlan)> = None;
     for (plan, makespan, waits) in evaluated {
-        let better = match &best {
-            None => true,
-            Some((m, w, _)) => makespan < m * (1.0 - 1e-9) || (makespan <= m * (1.0 + 1e-9) && waits < *w),
-        };
-        if better {
-            best = Some((makespan, waits, plan));
+        if makespan <= shortest * (1.0 + TIE_TOLERANCE) && best.as_ref().is_none_or(|(w, _)| waits < *w) {
+            best = Some((waits, plan));
         }
     }
-    best.map(|b| b.2).unwrap_or_default()
+    (best.map(|b| b.1).unwrap_or_default(), skipped.into_inner())
 }
+
+/// Relative difference under which two candidates' makespans tie (the fewer waits then decide).
+const TIE_TOLERANCE: f64 = 1e-9;
+
+/// Relative margin past the shortest makespan (and the bound) from which a candidate's path bound skips its
+/// simulation: twice the tie tolerance, so that rounding in the simulation's sums cannot bring a skipped
+/// candidate back within the tie.
+const SKIP_TOLERANCE: f64 = 2.0 * TIE_TOLERANCE;
 
 /// Groups from which the stream pass generates the candidates of its smaller stream counts on a thread of its
 /// own (random_dag, 1k nodes, 277 groups at 4 streams: about 1.0 ms for 4 streams and 0.7 ms for 2).
@@ -743,6 +797,85 @@ mod tests {
         }
     }
 
+    proptest! {
+        // A candidate's path bound never exceeds the simulated makespan of its finished plan (so a skipped
+        // candidate could not have been kept), and equals it when no two tasks ever share the device beyond
+        // its capacity (every occupancy at most 1/k).
+        #[test]
+        fn the_path_bound_is_below_the_simulated_makespan(
+            seed in 1u64..u64::MAX,
+            n in 1usize..60,
+            k in 1usize..5,
+            reorder: bool,
+            crowded: bool,
+        ) {
+            let mut rng = crate::test_rng::XorShift::new(seed);
+            let rows = rng.earlier_preds(n, 3);
+            let full = Csr::from_rows(&rows);
+            let reduced = reduce::transitive_reduction(&full, n);
+            let time: Vec<f64> = (0..n).map(|_| rng.below(100) as f64 / 7.0).collect();
+            let occ: Vec<f64> = (0..n)
+                .map(|_| if crowded { (1 + rng.below(10)) as f64 / 10.0 } else { 1.0 / k as f64 })
+                .collect();
+            let stream_of: Vec<u32> = (0..n).map(|_| rng.below(k as u64) as u32).collect();
+            // A random topological order: any ready group next.
+            let order = reorder.then(|| {
+                let mut left: Vec<usize> = rows.iter().map(Vec::len).collect();
+                let mut ready: Vec<u32> = (0..n as u32).filter(|&g| left[g as usize] == 0).collect();
+                let mut order = Vec::with_capacity(n);
+                while !ready.is_empty() {
+                    let g = ready.swap_remove(rng.below(ready.len() as u64) as usize);
+                    order.push(g);
+                    for (h, row) in rows.iter().enumerate() {
+                        if row.contains(&g) {
+                            left[h] -= 1;
+                            if left[h] == 0 {
+                                ready.push(h as u32);
+                            }
+                        }
+                    }
+                }
+                order
+            });
+            let c = Candidate { stream_of, order };
+            let lb = path_bound(&reduced, &c, &time);
+            let plan = finish(&full, &reduced, &c, n, 1);
+            let m = timing::simulate_makespan(&plan.ordered_tasks(&time, &occ), 0.0).unwrap_or(f64::INFINITY);
+            prop_assert!(lb <= m * (1.0 + 1e-12), "bound {lb} above makespan {m}");
+            if !crowded {
+                prop_assert!((lb - m).abs() <= m * 1e-12, "bound {lb}, makespan {m}");
+            }
+        }
+    }
+
+    /// Skipping the candidates whose path bound rules them out gives the plan that simulating every candidate
+    /// gives, on random DAGs with several chains per stream (where every stream count's schedules and merges
+    /// are candidates), and it does skip.
+    #[test]
+    fn skipped_candidates_never_change_the_plan() {
+        let mut rng = crate::test_rng::XorShift::new(0x5EED_0F57_12EA_0002);
+        let (mut skipped, mut tried) = (0, 0);
+        for round in 0..40 {
+            let n = 20 + rng.below(120) as usize;
+            let full = Csr::from_rows(rng.earlier_preds(n, 3));
+            let time: Vec<f64> = (0..n).map(|_| 1.0 + rng.below(100) as f64 / 7.0).collect();
+            let crowded = round % 2 == 0;
+            let occ: Vec<f64> =
+                (0..n).map(|_| if crowded { (1 + rng.below(10)) as f64 / 10.0 } else { 0.05 }).collect();
+            for k in [2, 3, 4, 8] {
+                let opts = StreamOptions::new(crate::target::Target::new(k, Default::default()));
+                let (all, none_skipped) = assign_split(&full, &time, &occ, &opts, false, false);
+                let (some, s) = assign_split(&full, &time, &occ, &opts, false, true);
+                assert_eq!(none_skipped, 0);
+                let key = |p: &StreamPlan| serde_json::to_string(p).unwrap_or_default();
+                assert_eq!(key(&all), key(&some), "round {round}, {k} streams, {s} skipped");
+                skipped += s;
+                tried += 1;
+            }
+        }
+        assert!(skipped >= tried, "only {skipped} candidates skipped in {tried} passes");
+    }
+
     /// The stream pass gives the same plan with the smaller stream counts' candidates on their own thread as
     /// without, on random DAGs large enough for the split (and with few enough chains to try every count).
     #[test]
@@ -771,8 +904,8 @@ mod tests {
             let occ: Vec<f64> = (0..n).map(|_| (1 + rng.below(10)) as f64 / 10.0).collect();
             for k in [2, 3, 4, 8] {
                 let opts = StreamOptions::new(crate::target::Target::new(k, Default::default()));
-                let one = assign_split(&full, &time, &occ, &opts, false);
-                let two = assign_split(&full, &time, &occ, &opts, true);
+                let one = assign_split(&full, &time, &occ, &opts, false, true).0;
+                let two = assign_split(&full, &time, &occ, &opts, true, true).0;
                 let key = |p: &StreamPlan| serde_json::to_string(p).unwrap_or_default();
                 assert_eq!(key(&one), key(&two), "round {round}, {k} streams, {} chains", one.chains);
                 if k >= 4 && one.chains > k && one.chains <= MERGE_CHAINS_PER_STREAM * k {
