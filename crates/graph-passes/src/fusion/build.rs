@@ -24,6 +24,9 @@ const FLOOR_BUDGET: u64 = 1 << 8;
 const GLOBAL_BUDGET_PER_ITEM: u64 = 32;
 /// Most rounds of phase 2.
 const MAX_ROUNDS: u32 = 8;
+/// A round of phase 2 scans only the producers of the groups the round before changed while those are at most
+/// one in this many groups (of the graph's nodes); more, and their producers are most groups anyway.
+const INCREMENTAL_SHARE: usize = 32;
 
 /// A verdict on an edge or a horizontal pair.
 #[derive(Clone, Debug)]
@@ -360,34 +363,22 @@ impl Pass<'_, '_> {
     /// results. Round 1 tries every pair; later rounds only pairs with a group that changed in the round before.
     fn multi_output(&mut self) {
         let d = self.d;
+        // The groups kept by the round before's merges (some absorbed since; `producers` filters them).
+        let mut changed: Vec<u32> = Vec::new();
         for round in 1..=MAX_ROUNDS {
             self.stats.multi_output_rounds += 1;
-            // One candidate per (producer group, consumer group), named by its first edge: each producer's
-            // edges sorted on their own (a few each, not one sort of every edge of the graph).
-            // At most one per edge: sized once, not grown through copies of a large graph's list.
-            let mut pairs: Vec<(u32, u32, u32, u32)> = Vec::with_capacity(d.num_edges());
-            let mut out: Vec<(u32, u32, u32)> = Vec::new();
-            for x in 0..self.groups.g.len() as u32 {
-                let gx = &self.groups.g[x as usize];
-                if !gx.alive {
-                    continue;
+            let pairs = match self.producers_of_changed(&changed, round) {
+                Some(xs) => {
+                    let pairs = self.fresh_pairs(round, xs.iter().copied(), xs.len() * 4);
+                    debug_assert!(
+                        pairs == self.fresh_pairs(round, 0..self.groups.g.len() as u32, d.num_edges()),
+                        "round {round}: the changed groups' producers miss a fresh pair"
+                    );
+                    pairs
                 }
-                out.clear();
-                for &m in self.groups.members(x) {
-                    for &c in d.succ(m) {
-                        let y = self.groups.owner[c as usize];
-                        let fresh = round == 1
-                            || u32::from(gx.epoch) + 1 == round
-                            || u32::from(self.groups.g[y as usize].epoch) + 1 == round;
-                        if y != x && fresh {
-                            out.push((y, m, c));
-                        }
-                    }
-                }
-                out.sort_unstable();
-                out.dedup_by_key(|p| p.0);
-                pairs.extend(out.iter().map(|&(y, m, c)| (x, y, m, c)));
-            }
+                None => self.fresh_pairs(round, 0..self.groups.g.len() as u32, d.num_edges()),
+            };
+            changed.clear();
             // Best score first, then by the consumer's and the producer's lowest member: one integer key per
             // candidate (distinct, as groups' lowest members are), which sorts faster than the tuple it encodes.
             let mut cands: Vec<(u128, u32, u32)> = Vec::with_capacity(pairs.len());
@@ -416,6 +407,7 @@ impl Pass<'_, '_> {
                 match self.try_merge(x, y, round, Some((m, c))) {
                     Ok(score) => {
                         merged_any = true;
+                        changed.push(self.groups.owner[m as usize]);
                         self.stats.merges_multi_output += 1;
                         let k =
                             self.verdict(Verdict { reason: None, phase: FusionPhase::MultiOutput, score, why: None });
@@ -434,6 +426,70 @@ impl Pass<'_, '_> {
                 break;
             }
         }
+    }
+
+    /// The candidates of `round` whose producer group is in `scan` (ascending), as `(producer group, consumer
+    /// group, producer, consumer)`: one per pair of groups, named by its first edge, each producer's edges sorted
+    /// on their own (a few each, not one sort of every edge of the graph). After round 1, only fresh pairs (a
+    /// side kept by a merge of the round before). `most` sizes the list once (at most one per edge), so a large
+    /// graph's is not grown through copies.
+    fn fresh_pairs(&self, round: u32, scan: impl Iterator<Item = u32>, most: usize) -> Vec<(u32, u32, u32, u32)> {
+        let d = self.d;
+        let mut pairs = Vec::with_capacity(most);
+        let mut out: Vec<(u32, u32, u32)> = Vec::new();
+        for x in scan {
+            let gx = &self.groups.g[x as usize];
+            if !gx.alive {
+                continue;
+            }
+            out.clear();
+            for &m in self.groups.members(x) {
+                for &c in d.succ(m) {
+                    let y = self.groups.owner[c as usize];
+                    let fresh = round == 1
+                        || u32::from(gx.epoch) + 1 == round
+                        || u32::from(self.groups.g[y as usize].epoch) + 1 == round;
+                    if y != x && fresh {
+                        out.push((y, m, c));
+                    }
+                }
+            }
+            out.sort_unstable();
+            out.dedup_by_key(|p| p.0);
+            pairs.extend(out.iter().map(|&(y, m, c)| (x, y, m, c)));
+        }
+        pairs
+    }
+
+    /// The producer groups with a fresh pair in `round` (a pair with a side kept by a merge of the round before),
+    /// ascending, when few groups changed; `None` when the caller should scan every group (round 1, or so many
+    /// changed that their producers are most groups anyway). `changed` holds the groups the round before's
+    /// merges kept: a fresh pair's producer is one of them or produces for one of them. The caller's scan over
+    /// these visits the producers with a fresh pair in the full scan's order, so the candidates are the same.
+    fn producers_of_changed(&self, changed: &[u32], round: u32) -> Option<Vec<u32>> {
+        let d = self.d;
+        let fresh = |x: u32| {
+            let g = &self.groups.g[x as usize];
+            g.alive && u32::from(g.epoch) + 1 == round
+        };
+        if round == 1 || changed.len().saturating_mul(INCREMENTAL_SHARE) > self.groups.g.len() {
+            return None;
+        }
+        let mut xs: Vec<u32> = Vec::with_capacity(changed.len() * 4);
+        for &y in changed.iter().filter(|&&y| fresh(y)) {
+            xs.push(y);
+            for &c in self.groups.members(y) {
+                for &t in d.inputs(c) {
+                    let p = d.kprod[t as usize];
+                    if p != NONE {
+                        xs.push(self.groups.owner[p as usize]);
+                    }
+                }
+            }
+        }
+        xs.sort_unstable();
+        xs.dedup();
+        Some(xs)
     }
 
     /// Try to merge groups `x` and `y` in phases 2 and 3: legality, the exact cycle check, concurrency.
