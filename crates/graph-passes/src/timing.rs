@@ -206,32 +206,106 @@ pub enum SimStep {
 pub fn tasks_from_steps(steps: &[SimStep]) -> Result<(Vec<Task>, Vec<usize>), TimingError> {
     let mut tasks: Vec<Task> = Vec::new();
     let mut step_of = Vec::new();
+    // Stream and event ids (largest of each), which size the tables below.
+    let (mut streams, mut events) = (0usize, 0usize);
+    for step in steps {
+        match *step {
+            SimStep::Work { stream, .. } => streams = streams.max(stream.index() + 1),
+            SimStep::Record { stream, event } | SimStep::Wait { stream, event } => {
+                streams = streams.max(stream.index() + 1);
+                events = events.max(event as usize + 1);
+            }
+        }
+    }
     // Last task submitted to each stream, and the task each event captured (None: nothing to wait for).
-    let mut last_on: HashMap<StreamId, TaskId> = HashMap::new();
-    let mut recorded: HashMap<u32, Option<TaskId>> = HashMap::new();
-    let mut pending: HashMap<StreamId, Vec<TaskId>> = HashMap::new();
+    let mut last_on: IdTable<TaskId> = IdTable::new(streams, steps.len());
+    let mut recorded: IdTable<Option<TaskId>> = IdTable::new(events, steps.len());
+    let mut pending: IdTable<Vec<TaskId>> = IdTable::new(streams, steps.len());
     for (i, step) in steps.iter().enumerate() {
         match *step {
             SimStep::Work { stream, duration_us, occupancy } => {
-                let mut deps = pending.remove(&stream).unwrap_or_default();
+                let mut deps = pending.take(stream.index()).unwrap_or_default();
                 deps.sort_unstable();
                 deps.dedup();
                 let id = TaskId::from_index(tasks.len());
                 tasks.push(Task { stream, duration_us, occupancy, deps });
                 step_of.push(i);
-                last_on.insert(stream, id);
+                last_on.insert(stream.index(), id);
             }
             SimStep::Record { stream, event } => {
-                recorded.insert(event, last_on.get(&stream).copied());
+                recorded.insert(event as usize, last_on.get(stream.index()).copied());
             }
-            SimStep::Wait { stream, event } => match recorded.get(&event) {
+            SimStep::Wait { stream, event } => match recorded.get(event as usize) {
                 None => return Err(TimingError::WaitBeforeRecord { step: i, event }),
                 Some(None) => {}
-                Some(Some(t)) => pending.entry(stream).or_default().push(*t),
+                Some(Some(t)) => {
+                    let t = *t;
+                    pending.get_or_default(stream.index()).push(t);
+                }
             },
         }
     }
     Ok((tasks, step_of))
+}
+
+/// A map from stream or event ids to values: a vector indexed by the id while the ids stay within a few times
+/// the steps (a plan's are dense from 0), a hash map otherwise (a hand-written or hostile step list may use any
+/// `u32`), so that the table never takes more than linear memory.
+enum IdTable<V> {
+    Dense(Vec<Option<V>>),
+    Sparse(HashMap<usize, V>),
+}
+
+impl<V> IdTable<V> {
+    /// A table for ids below `ids`, given `steps` steps.
+    fn new(ids: usize, steps: usize) -> IdTable<V> {
+        if ids <= steps.saturating_mul(4).saturating_add(1024) {
+            IdTable::Dense(Vec::with_capacity(ids))
+        } else {
+            IdTable::Sparse(HashMap::new())
+        }
+    }
+
+    fn get(&self, id: usize) -> Option<&V> {
+        match self {
+            IdTable::Dense(v) => v.get(id).and_then(Option::as_ref),
+            IdTable::Sparse(m) => m.get(&id),
+        }
+    }
+
+    fn insert(&mut self, id: usize, value: V) {
+        match self {
+            IdTable::Dense(v) => *Self::slot(v, id) = Some(value),
+            IdTable::Sparse(m) => {
+                m.insert(id, value);
+            }
+        }
+    }
+
+    /// The dense table's slot of `id`, grown to it (ids are below the bound `new` checked).
+    fn slot(v: &mut Vec<Option<V>>, id: usize) -> &mut Option<V> {
+        if id >= v.len() {
+            v.resize_with(id + 1, || None);
+        }
+        &mut v[id]
+    }
+
+    fn take(&mut self, id: usize) -> Option<V> {
+        match self {
+            IdTable::Dense(v) => v.get_mut(id).and_then(Option::take),
+            IdTable::Sparse(m) => m.remove(&id),
+        }
+    }
+
+    fn get_or_default(&mut self, id: usize) -> &mut V
+    where
+        V: Default,
+    {
+        match self {
+            IdTable::Dense(v) => Self::slot(v, id).get_or_insert_with(V::default),
+            IdTable::Sparse(m) => m.entry(id).or_default(),
+        }
+    }
 }
 
 /// Dense stream indices (in `StreamId` order) and each task's.
@@ -730,6 +804,56 @@ pub fn simulate_on(tasks: &[Task], device: &DeviceProfile, mode: LaunchMode) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Random step lists (records, waits, work on a few streams, waits on events not yet recorded): the tasks
+    /// (or the error) are the same with the ids spread far apart (the hash-map tables) as with small ids (the
+    /// dense tables).
+    #[test]
+    fn steps_read_the_same_with_far_ids_as_with_near_ones() {
+        let mut rng = crate::test_rng::XorShift::new(0x7A5C_0F57_3E95_0001);
+        let far_stream = |s: u32| StreamId(s.wrapping_mul(0x3FFF_FFF1) | 1 << 20);
+        let far_event = |e: u32| e.wrapping_mul(0x9E37_79B1) | 1 << 30;
+        let mut errors = 0;
+        for _ in 0..300 {
+            let n = 1 + rng.below(40) as usize;
+            let near: Vec<SimStep> = (0..n)
+                .map(|_| {
+                    let stream = StreamId(rng.below(4) as u32);
+                    let event = rng.below(6) as u32;
+                    match rng.below(3) {
+                        0 => SimStep::Work { stream, duration_us: rng.below(9) as f64, occupancy: 0.5 },
+                        1 => SimStep::Record { stream, event },
+                        _ => SimStep::Wait { stream, event },
+                    }
+                })
+                .collect();
+            let far: Vec<SimStep> = near
+                .iter()
+                .map(|s| match *s {
+                    SimStep::Work { stream, duration_us, occupancy } => {
+                        SimStep::Work { stream: far_stream(stream.0), duration_us, occupancy }
+                    }
+                    SimStep::Record { stream, event } => {
+                        SimStep::Record { stream: far_stream(stream.0), event: far_event(event) }
+                    }
+                    SimStep::Wait { stream, event } => {
+                        SimStep::Wait { stream: far_stream(stream.0), event: far_event(event) }
+                    }
+                })
+                .collect();
+            let strip = |r: Result<(Vec<Task>, Vec<usize>), TimingError>| {
+                r.map(|(tasks, at)| (tasks.into_iter().map(|t| (t.duration_us, t.deps)).collect::<Vec<_>>(), at))
+                    .map_err(|e| match e {
+                        TimingError::WaitBeforeRecord { step, .. } => step,
+                        other => panic!("unexpected error {other:?}"),
+                    })
+            };
+            let (a, b) = (strip(tasks_from_steps(&near)), strip(tasks_from_steps(&far)));
+            errors += usize::from(a.is_err());
+            assert_eq!(a, b, "{near:?}");
+        }
+        assert!(errors > 0 && errors < 300, "{errors} of 300 step lists waited before a record");
+    }
 
     fn task(stream: u32, d: f64, occ: f64, deps: &[u32]) -> Task {
         Task {
