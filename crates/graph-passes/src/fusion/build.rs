@@ -363,7 +363,7 @@ impl Pass<'_, '_> {
     /// results. Round 1 tries every pair; later rounds only pairs with a group that changed in the round before.
     fn multi_output(&mut self) {
         let d = self.d;
-        // The groups kept by the round before's merges (some absorbed since; `producers` filters them).
+        // The groups kept by the round before's merges (some absorbed since: `producers_of_changed` skips those).
         let mut changed: Vec<u32> = Vec::new();
         for round in 1..=MAX_ROUNDS {
             self.stats.multi_output_rounds += 1;

@@ -10,7 +10,7 @@
 //!    ordered, unordered groups never share a chain (maximum logical concurrency), and the cross-chain edges are
 //!    as few as possible. O(E log E + E sqrt N).
 //! 3. With more chains than streams, candidate assignments, the one with the shortest modelled makespan kept
-//!    (ties: fewer waits, then the earlier candidate):
+//!    (ties within a relative 1e-9: fewer waits, then the earlier candidate):
 //!    - `merge` puts whole chains onto streams, critical path first, each where it overlaps the least
 //!      modelled busy time (then the least load); O(N k log N); on small graphs then refined by local search
 //!      (each chain, critical first, moved to the stream that shortens the simulated makespan most);
@@ -28,7 +28,10 @@
 //!    competes (at equal makespans it often needs the fewest waits). With no more chains than streams,
 //!    Nimble's stream per chain is kept as is. From `PARALLEL_GROUPS` groups on a multi-core machine the
 //!    smaller counts' candidates are made on a scoped thread beside k's; the choice among them (shortest
-//!    modelled makespan, then fewest waits, then the earlier candidate) is the same.
+//!    modelled makespan, then fewest waits, then the earlier candidate) is the same. Each candidate's path
+//!    bound (its streams in submission order plus the reduced edges, launch times only; a lower bound on its
+//!    simulated makespan, O(N + E)) comes first: a candidate whose bound is past the shortest makespan
+//!    simulated so far is not finished or simulated, as it cannot be kept.
 //! 4. `sync`: vector clocks keep a cross-stream edge only when stream order plus earlier waits do not imply it;
 //!    one Record (after the source group) serves every waiter. The kept waits are exactly the cross-stream
 //!    edges of the transitive reduction of the final happens-before order. O((N + E) k).
