@@ -362,25 +362,48 @@ impl Gaps {
     }
 
     /// The gaps among the covered ranges: maximal ranges of `[0, height)` that none covers, in address order.
+    ///
+    /// Only slots with a change can open or close a gap, and most have none (at most two per range among four
+    /// slots per neighbour), so blocks of slots without one are passed over with one test each.
     fn counted(&mut self) -> &[(u64, u64)] {
-        self.gaps.clear();
+        /// Slots tested at once for a change (a few vector operations).
+        const BLOCK: usize = 16;
+        let Gaps { height, shift, cover, gaps, .. } = self;
+        gaps.clear();
         let (mut depth, mut open) = (0i32, Some(0u64));
-        for (x, &c) in self.cover.iter().enumerate() {
-            let at = (x as u64) << self.shift;
+        let mut change = |x: usize, c: i32| {
+            let at = (x as u64) << *shift;
             let was = depth;
             depth += c;
             if was == 0 && depth != 0 {
                 if let Some(lo) = open.take().filter(|&lo| lo < at) {
-                    self.gaps.push((lo, at));
+                    gaps.push((lo, at));
                 }
             } else if was != 0 && depth == 0 {
                 open = Some(at);
             }
+        };
+        let mut blocks = cover.chunks_exact(BLOCK);
+        for (b, block) in blocks.by_ref().enumerate() {
+            if block.iter().fold(0, |any, &c| any | c) != 0 {
+                for (k, &c) in block.iter().enumerate() {
+                    if c != 0 {
+                        change(b * BLOCK + k, c);
+                    }
+                }
+            }
         }
-        if let Some(lo) = open.filter(|&lo| lo < self.height) {
-            self.gaps.push((lo, self.height));
+        let rest = blocks.remainder();
+        let base = cover.len() - rest.len();
+        for (k, &c) in rest.iter().enumerate() {
+            if c != 0 {
+                change(base + k, c);
+            }
         }
-        &self.gaps
+        if let Some(lo) = open.filter(|&lo| lo < *height) {
+            gaps.push((lo, *height));
+        }
+        gaps
     }
 
     /// The gaps among `ranges` below the height, by a scan of them sorted: between consecutive ranges (an empty
