@@ -231,38 +231,72 @@ pub(super) struct Domain {
 }
 
 impl Domain {
-    /// The domain of a reduction op over an input of shape `dims`; `None` when the op is not a reduction or its
-    /// axes are out of range (a validated graph has none).
-    fn of(op: &Op, dims: &[usize]) -> Option<Domain> {
+    /// Where a reduction op over an input of shape `dims` reduces, in canonical form: the full shape and the
+    /// reduced axes (as in [`Domain`]), written to `key` as the full shape's rank, its extents, the axes (the rank
+    /// first, so that no extent can be read as a separator). False when the
+    /// op is not a reduction or its axes are out of range (a validated graph has none). Two reductions share a
+    /// domain exactly when their keys are equal (the rest of a domain follows from these two), and the key costs
+    /// no allocation, so [`Groups::new`] looks a domain up by it before building one.
+    fn key(op: &Op, dims: &[usize], key: &mut Vec<usize>) -> bool {
         let rank = dims.len() as i64;
         let norm = |a: i64| -> Option<usize> {
             let v = if a < 0 { a + rank } else { a };
             (0..rank.max(1)).contains(&v).then_some(v as usize)
         };
-        let mut axes: Vec<usize> = match op {
-            Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } | Op::ReduceMax { axes, .. } => match axes {
-                None => (0..dims.len()).collect(),
-                Some(v) => v.iter().map(|&a| norm(a)).collect::<Option<Vec<_>>>()?,
-            },
-            Op::Softmax { axis } => vec![norm(*axis)?],
-            Op::LayerNormalization { axis, .. } => (norm(*axis)?..dims.len()).collect(),
-            Op::GlobalAveragePool => (2.min(dims.len())..dims.len()).collect(),
-            _ => return None,
-        };
-        axes.sort_unstable();
-        axes.dedup();
-        if axes.iter().any(|&a| a >= dims.len()) {
-            return None;
-        }
         let k = dims.len() - canon(dims).len();
-        let full = dims[k..].to_vec();
-        let axes: Vec<usize> = axes.into_iter().filter(|&a| a >= k && dims[a] != 1).map(|a| a - k).collect();
+        key.clear();
+        key.push(dims.len() - k);
+        key.extend_from_slice(&dims[k..]);
+        let start = key.len();
+        match op {
+            Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } | Op::ReduceMax { axes, .. } => match axes {
+                None => key.extend(0..dims.len()),
+                Some(v) => {
+                    for &a in v {
+                        let Some(a) = norm(a) else { return false };
+                        key.push(a);
+                    }
+                }
+            },
+            Op::Softmax { axis } => {
+                let Some(a) = norm(*axis) else { return false };
+                key.push(a);
+            }
+            Op::LayerNormalization { axis, .. } => {
+                let Some(a) = norm(*axis) else { return false };
+                key.extend(a..dims.len());
+            }
+            Op::GlobalAveragePool => key.extend(2.min(dims.len())..dims.len()),
+            _ => return false,
+        }
+        crate::stream::sort_dedup_tail(key, start);
+        if key[start..].iter().any(|&a| a >= dims.len()) {
+            return false;
+        }
+        // Extent-1 axes are dropped (reducing them is a no-op); the rest are counted from the canonical shape.
+        let mut kept = start;
+        for r in start..key.len() {
+            let a = key[r];
+            if a >= k && dims[a] != 1 {
+                key[kept] = a - k;
+                kept += 1;
+            }
+        }
+        key.truncate(kept);
+        true
+    }
+
+    /// The domain of a [`Domain::key`].
+    fn from_key(key: &[usize]) -> Domain {
+        let split = key.first().map_or(0, |&rank| rank.saturating_add(1)).min(key.len());
+        let full = key.get(1..split).unwrap_or_default().to_vec();
+        let axes = key[split..].to_vec();
         let mut keep = full.clone();
         for &a in &axes {
             keep[a] = 1;
         }
         let drop: Vec<usize> = full.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
-        Some(Domain { keep: canon(&keep).to_vec(), drop: canon(&drop).to_vec(), full, axes })
+        Domain { keep: canon(&keep).to_vec(), drop: canon(&drop).to_vec(), full, axes }
     }
 
     /// True when a value of shape `dims` broadcasts (numpy rules) into the full shape without being a row value:
@@ -438,7 +472,9 @@ impl Groups {
     pub fn new(d: &Dense<'_>, flops: &[u64]) -> Groups {
         let n = d.len();
         let mut domains: Vec<Domain> = Vec::new();
-        let mut index: HashMap<Domain, u32> = HashMap::new();
+        // Domains by their key: most reductions share one with an earlier reduction, found without allocating.
+        let mut index: HashMap<Vec<usize>, u32> = HashMap::new();
+        let mut key = Vec::new();
         let mut node_domain = vec![NONE; n];
         let mut g = Vec::with_capacity(n);
         let mut owner = vec![NONE; n];
@@ -448,22 +484,19 @@ impl Groups {
             let split = d.is(i, SPLIT);
             let mut opaque = d.outputs(i).len() != 1 && !split;
             if cat == OpCategory::Reduction {
-                let dom = d.inputs(i).first().and_then(|&x| Domain::of(d.op(i), d.dims(x)));
-                match dom {
-                    Some(dom) => {
-                        // Most reductions share a domain with an earlier one: look up before cloning the key.
-                        let id = match index.get(&dom) {
-                            Some(&id) => id,
-                            None => {
-                                let id = domains.len() as u32;
-                                index.insert(dom.clone(), id);
-                                domains.push(dom);
-                                id
-                            }
-                        };
-                        node_domain[i as usize] = id;
-                    }
-                    None => opaque = true,
+                if d.inputs(i).first().is_some_and(|&x| Domain::key(d.op(i), d.dims(x), &mut key)) {
+                    let id = match index.get(key.as_slice()) {
+                        Some(&id) => id,
+                        None => {
+                            let id = domains.len() as u32;
+                            domains.push(Domain::from_key(&key));
+                            index.insert(key.clone(), id);
+                            id
+                        }
+                    };
+                    node_domain[i as usize] = id;
+                } else {
+                    opaque = true;
                 }
             }
             if !view {
@@ -1364,5 +1397,88 @@ fn through_views(d: &Dense<'_>, mut t: u32) -> u32 {
             Some(&i) => t = i,
             None => return t,
         }
+    }
+}
+
+#[cfg(test)]
+mod domain_tests {
+    use super::*;
+    use crate::test_rng::XorShift;
+
+    /// The domain by its definition (normalise, sort and deduplicate the axes, strip leading extent-1 axes, drop
+    /// reduced extent-1 axes), built with plain vectors.
+    fn reference(op: &Op, dims: &[usize]) -> Option<Domain> {
+        let rank = dims.len() as i64;
+        let norm = |a: i64| -> Option<usize> {
+            let v = if a < 0 { a + rank } else { a };
+            (0..rank.max(1)).contains(&v).then_some(v as usize)
+        };
+        let mut axes: Vec<usize> = match op {
+            Op::ReduceSum { axes, .. } | Op::ReduceMean { axes, .. } | Op::ReduceMax { axes, .. } => match axes {
+                None => (0..dims.len()).collect(),
+                Some(v) => v.iter().map(|&a| norm(a)).collect::<Option<Vec<_>>>()?,
+            },
+            Op::Softmax { axis } => vec![norm(*axis)?],
+            Op::LayerNormalization { axis, .. } => (norm(*axis)?..dims.len()).collect(),
+            Op::GlobalAveragePool => (2.min(dims.len())..dims.len()).collect(),
+            _ => return None,
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        if axes.iter().any(|&a| a >= dims.len()) {
+            return None;
+        }
+        let k = dims.len() - canon(dims).len();
+        let full = dims[k..].to_vec();
+        let axes: Vec<usize> = axes.into_iter().filter(|&a| a >= k && dims[a] != 1).map(|a| a - k).collect();
+        let mut keep = full.clone();
+        for &a in &axes {
+            keep[a] = 1;
+        }
+        let drop: Vec<usize> = full.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+        Some(Domain { keep: canon(&keep).to_vec(), drop: canon(&drop).to_vec(), full, axes })
+    }
+
+    #[test]
+    fn a_domain_from_its_key_is_the_domain_by_definition() {
+        // Random reductions (repeated, negative and out-of-range axes; extent-1 axes, leading or not; huge extents;
+        // rank 0) and two ops that are no reduction. The key gives the same domain or the same refusal, and equal
+        // keys are equal domains (one key scratch reused throughout, as in `Groups::new`).
+        let mut rng = XorShift::new(23);
+        let mut key = Vec::new();
+        let mut seen: Vec<(Vec<usize>, Domain)> = Vec::new();
+        let (mut some, mut none) = (0, 0);
+        for _ in 0..4000 {
+            let rank = rng.below(5) as usize;
+            // Extents as large as `usize::MAX` too: the key must not read one as part of its layout.
+            let dims: Vec<usize> = (0..rank).map(|_| [1, 1, 2, 3, 4, usize::MAX][rng.below(6) as usize]).collect();
+            let axis = |rng: &mut XorShift| rng.below(2 * rank as u64 + 3) as i64 - rank as i64 - 1;
+            let axes = (rng.below(4) > 0).then(|| (0..rng.below(4)).map(|_| axis(&mut rng)).collect::<Vec<_>>());
+            let op = match rng.below(8) {
+                0 => Op::ReduceSum { axes, keepdims: true },
+                1 => Op::ReduceMean { axes, keepdims: false },
+                2 => Op::ReduceMax { axes, keepdims: true },
+                3 => Op::Softmax { axis: axis(&mut rng) },
+                4 => Op::LayerNormalization { axis: axis(&mut rng), epsilon: 1e-5 },
+                5 => Op::GlobalAveragePool,
+                6 => Op::Relu,
+                _ => Op::MatMul,
+            };
+            let want = reference(&op, &dims);
+            let got = Domain::key(&op, &dims, &mut key).then(|| Domain::from_key(&key));
+            assert_eq!(got, want, "{op:?} over {dims:?}");
+            match got {
+                Some(dom) => {
+                    some += 1;
+                    if let Some((_, other)) = seen.iter().find(|(k, _)| *k == key) {
+                        assert_eq!(*other, dom, "one key, two domains");
+                    } else {
+                        seen.push((key.clone(), dom));
+                    }
+                }
+                None => none += 1,
+            }
+        }
+        assert!(some > 1000 && none > 500, "{some} domains, {none} refusals");
     }
 }
