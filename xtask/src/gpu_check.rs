@@ -208,7 +208,7 @@ fn cuda_cases() -> Result<Vec<ConformanceCase>> {
         let yn = g.tensor(y).name.to_string();
         let idx = HostTensor {
             dtype: DType::I64,
-            shape: Shape(vec![4]),
+            shape: Shape::from(vec![4]),
             data: [5i64, -7, 1, -1].iter().flat_map(|v| v.to_le_bytes()).collect(),
         };
         out.push(ConformanceCase {
@@ -784,7 +784,7 @@ fn read_reference(path: &Path, fingerprint: u64) -> Option<TensorMap> {
         let len: usize = len.parse().ok()?;
         let data = rest.get(..len)?.to_vec();
         rest = &rest[len..];
-        out.insert((*name).to_owned(), HostTensor { dtype, shape: Shape(dims), data });
+        out.insert((*name).to_owned(), HostTensor { dtype, shape: Shape::from(dims), data });
     }
     Some(out)
 }
@@ -1453,7 +1453,7 @@ mod tests {
         let mut outputs = TensorMap::new();
         outputs.insert("logits".into(), f32s(&[2, 3], &[1.0, -2.0, 3.5, 0.0, f32::NAN, 7.0]));
         outputs.insert("scalar".into(), f32s(&[], &[4.0]));
-        let ints = HostTensor { dtype: DType::I64, shape: Shape(vec![1]), data: 9i64.to_le_bytes().to_vec() };
+        let ints = HostTensor { dtype: DType::I64, shape: Shape::from(vec![1]), data: 9i64.to_le_bytes().to_vec() };
         outputs.insert("ids".into(), ints);
         write_reference(&path, 42, &outputs).unwrap();
         assert_eq!(read_reference(&path, 42), Some(outputs));
@@ -1473,7 +1473,7 @@ mod tests {
         b.get_mut("x").unwrap().data[15] ^= 1;
         assert_ne!(base, fingerprint(&b, &TensorMap::new()), "last bytes");
         let mut c = a.clone();
-        c.get_mut("x").unwrap().shape = Shape(vec![2, 2]);
+        c.get_mut("x").unwrap().shape = Shape::from(vec![2, 2]);
         assert_ne!(base, fingerprint(&c, &TensorMap::new()), "shape");
     }
 

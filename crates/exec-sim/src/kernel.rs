@@ -80,7 +80,7 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
             .ok_or_else(|| backend(format!("kernel {}: param names unknown value {}", k.name, p.value)))?;
         let bytes =
             mem.bytes(&p.buffer).map_err(|e| backend(format!("kernel {} reading '{}': {e}", k.name, v.name)))?;
-        let val = Val::load(v.dtype, v.shape.0.clone(), bytes)
+        let val = Val::load(v.dtype, v.shape.0.to_vec(), bytes)
             .map_err(|e| backend(format!("kernel {} reading '{}' from {}: {e}", k.name, v.name, p.buffer)))?;
         env[p.value.index()] = Some(val);
     }
@@ -135,7 +135,7 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
                     ));
                 }
                 res.iter()
-                    .map(|t| Val::load(t.dtype, t.shape.0.clone(), &t.data))
+                    .map(|t| Val::load(t.dtype, t.shape.0.to_vec(), &t.data))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| kerr(k, &ins.node, &ins.op, e))?
             }
@@ -177,7 +177,7 @@ pub(crate) fn run(k: &Kernel, mem: &mut Memory, customs: &HashMap<String, Custom
 fn to_host(v: &Val) -> Result<HostTensor, String> {
     let mut data = vec![0u8; v.len() * v.dtype.size_bytes()];
     v.store(&mut data)?;
-    Ok(HostTensor { dtype: v.dtype, shape: Shape(v.shape.clone()), data })
+    Ok(HostTensor { dtype: v.dtype, shape: Shape::from(v.shape.clone()), data })
 }
 
 /// Every buffer a kernel touches, as the race detector sees it.

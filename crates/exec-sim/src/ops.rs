@@ -239,8 +239,9 @@ pub(crate) fn eval(op: &Op, ins: &[&Val], outs: &[Spec<'_>]) -> OpResult<Vec<Val
         Slice { starts, ends, axes, steps } => {
             arity(ins, 1, op)?;
             let x = ins[0];
-            let plan = slice_plan(&graph_plan::Shape(x.shape.clone()), starts, ends, axes.as_deref(), steps.as_deref())
-                .map_err(|e| format!("{e:?}"))?;
+            let plan =
+                slice_plan(&graph_plan::Shape::from(x.shape.clone()), starts, ends, axes.as_deref(), steps.as_deref())
+                    .map_err(|e| format!("{e:?}"))?;
             let st = strides(&x.shape);
             let out_shape: Vec<usize> = plan.iter().map(|a| a.count).collect();
             // Offsets per axis, then the odometer sums them.

@@ -33,8 +33,8 @@ fn attr_err<T>(attr: &'static str, msg: impl Into<String>) -> R<T> {
     Err(InferError::Attr(attr, msg.into()))
 }
 
-fn spec(dtype: DType, shape: Vec<usize>) -> TensorSpec {
-    TensorSpec { dtype, shape: Shape(shape) }
+fn spec(dtype: DType, shape: impl Into<Shape>) -> TensorSpec {
+    TensorSpec { dtype, shape: shape.into() }
 }
 
 /// Infer the output specs of `op` applied to `inputs` (dtype and shape of each input, in ONNX order).
@@ -187,7 +187,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                 return dtype_err(format!("condition must be bool, got {dc}"));
             }
             same_dtype(dx, dy)?;
-            let s = bcast(&Shape(bcast(sc, sx)?), sy)?;
+            let s = bcast(&bcast(sc, sx)?, sy)?;
             Ok(vec![spec(dx, s)])
         }
         MatMul => matmul(inp),
@@ -204,7 +204,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
             if s.rank() < 3 {
                 return shape_err(format!("input must have rank >= 3 (N, C, spatial...), got {s}"));
             }
-            let mut out = s.0.clone();
+            let mut out = s.0.to_vec();
             for v in out.iter_mut().skip(2) {
                 *v = 1;
             }
@@ -223,7 +223,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
             for (i, name) in [(1, "scale"), (2, "B"), (3, "mean"), (4, "var")] {
                 let (di, si) = x(i);
                 same_dtype(d, di)?;
-                if si.0 != [c] {
+                if *si.0 != [c] {
                     return shape_err(format!("{name} must have shape [{c}] (the channel count), got {si}"));
                 }
             }
@@ -258,7 +258,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                 return attr_err("epsilon", format!("must be finite and >= 0, got {epsilon}"));
             }
             let a = axis_in(*axis, s.rank(), "axis")?;
-            let norm = Shape(s.0[a..].to_vec());
+            let norm = Shape::from(s.0[a..].to_vec());
             for i in 1..inp.len() {
                 let (di, si) = x(i);
                 same_dtype(d, di)?;
@@ -284,7 +284,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
         }
         Squeeze { axes } => {
             let (d, s) = x(0);
-            let out = match axes {
+            let out: Vec<usize> = match axes {
                 None => s.0.iter().copied().filter(|&v| v != 1).collect(),
                 Some(axes) => {
                     let axes = unique_axes(axes, s.rank(), "axes")?;
@@ -334,17 +334,17 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                 }
                 seen[p] = true;
             }
-            Ok(vec![spec(d, perm.iter().map(|&p| s.0[p]).collect())])
+            Ok(vec![spec(d, perm.iter().map(|&p| s.0[p]).collect::<Vec<usize>>())])
         }
         Slice { starts, ends, axes, steps } => {
             let (d, s) = x(0);
             let plan = slice_plan(s, starts, ends, axes.as_deref(), steps.as_deref())?;
-            Ok(vec![spec(d, plan.iter().map(|a| a.count).collect())])
+            Ok(vec![spec(d, plan.iter().map(|a| a.count).collect::<Vec<usize>>())])
         }
         Concat { axis } => {
             let (d, s0) = x(0);
             let a = axis_in(*axis, s0.rank(), "axis")?;
-            let mut out = s0.0.clone();
+            let mut out = s0.0.to_vec();
             for (i, (di, si)) in inp.iter().enumerate().skip(1) {
                 same_dtype(d, *di)?;
                 if si.rank() != s0.rank() {
@@ -382,7 +382,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                 }
                 target.push(v as usize);
             }
-            match broadcast(s, &Shape(target)) {
+            match broadcast(s, &Shape::from(target)) {
                 Some(o) => Ok(vec![spec(d, o.0)]),
                 None => shape_err(format!("input {s} does not broadcast with {shape:?}")),
             }
@@ -433,7 +433,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
             Ok(splits
                 .iter()
                 .map(|&n| {
-                    let mut o = s.0.clone();
+                    let mut o = s.0.to_vec();
                     o[a] = n;
                     spec(d, o)
                 })
@@ -478,9 +478,9 @@ fn same_dtype(a: DType, b: DType) -> R<()> {
     }
 }
 
-fn bcast(a: &Shape, b: &Shape) -> R<Vec<usize>> {
+fn bcast(a: &Shape, b: &Shape) -> R<Shape> {
     match broadcast(a, b) {
-        Some(s) => Ok(s.0),
+        Some(s) => Ok(s),
         None => shape_err(format!("cannot broadcast {a} with {b}")),
     }
 }
@@ -553,7 +553,13 @@ fn matmul(inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return shape_err(format!("cannot broadcast {} with {}", Shape(ab.to_vec()), Shape(bb.to_vec()))),
+            _ => {
+                return shape_err(format!(
+                    "cannot broadcast {} with {}",
+                    Shape::from(ab.to_vec()),
+                    Shape::from(bb.to_vec())
+                ))
+            }
         });
     }
     if sa.rank() > 1 {
@@ -580,7 +586,7 @@ fn gemm(inp: &[(DType, &Shape)], ta: bool, tb: bool) -> R<Vec<TensorSpec>> {
     if ka != kb {
         return shape_err(format!("inner dimensions differ: A {sa} (trans_a={ta}) and B {sb} (trans_b={tb})"));
     }
-    let out = Shape(vec![m, n]);
+    let out = Shape::from(vec![m, n]);
     if let Some(&(dc, sc)) = inp.get(2) {
         same_dtype(da, dc)?;
         if broadcast(sc, &out).as_ref() != Some(&out) {
@@ -702,7 +708,7 @@ fn conv(inp: &[(DType, &Shape)], a: &ConvAttrs) -> R<Vec<TensorSpec>> {
     }
     if let Some(&(db, sb)) = inp.get(2) {
         same_dtype(dx, db)?;
-        if sb.0 != [m] {
+        if *sb.0 != [m] {
             return shape_err(format!("bias must have shape [{m}], got {sb}"));
         }
     }
@@ -849,7 +855,7 @@ mod tests {
     use crate::op::{GeluApprox, MemSpace};
 
     fn s(v: &[usize]) -> Shape {
-        Shape(v.to_vec())
+        Shape::from(v.to_vec())
     }
 
     /// `infer`, and on every case of these tests the property `GraphEdit::place` relies on to skip
@@ -886,7 +892,7 @@ mod tests {
     fn one(op: &Op, ins: &[(DType, Shape)]) -> (DType, Vec<usize>) {
         let o = inf(op, ins).unwrap();
         assert_eq!(o.len(), 1);
-        (o[0].dtype, o[0].shape.0.clone())
+        (o[0].dtype, o[0].shape.0.to_vec())
     }
 
     const F: DType = DType::F32;
@@ -1081,7 +1087,7 @@ mod tests {
         assert!(matches!(inf(&bad, &[(F, s(&[2, 3]))]), Err(InferError::Attr("pads", _))));
         let split = Op::Split { axis: -1, splits: vec![2, 4] };
         let o = inf(&split, &[(F, s(&[3, 6]))]).unwrap();
-        assert_eq!(o.iter().map(|t| t.shape.0.clone()).collect::<Vec<_>>(), vec![vec![3, 2], vec![3, 4]]);
+        assert_eq!(o.iter().map(|t| t.shape.0.to_vec()).collect::<Vec<_>>(), vec![vec![3, 2], vec![3, 4]]);
         assert!(matches!(
             inf(&Op::Split { axis: 0, splits: vec![1, 1] }, &[(F, s(&[3]))]),
             Err(InferError::Attr("splits", _))
@@ -1090,9 +1096,9 @@ mod tests {
 
     #[test]
     fn rank_limit() {
-        let big = Shape(vec![1; MAX_RANK + 1]);
+        let big = Shape::from(vec![1; MAX_RANK + 1]);
         assert!(matches!(inf(&Op::Relu, &[(F, big)]), Err(InferError::Shape(_))));
-        let ok = Shape(vec![1; MAX_RANK]);
+        let ok = Shape::from(vec![1; MAX_RANK]);
         assert!(matches!(inf(&Op::Unsqueeze { axes: vec![0] }, &[(F, ok)]), Err(InferError::Shape(_))));
     }
 }

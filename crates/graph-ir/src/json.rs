@@ -222,7 +222,7 @@ fn to_shape(name: &str, dims: &[i64]) -> GraphResult<Shape> {
         }
         out.push(usize::try_from(d).map_err(|_| GraphError::InvalidDim { tensor: name.into(), axis, value: d })?);
     }
-    Ok(Shape(out))
+    Ok(Shape::from(out))
 }
 
 /// Resolves one declaration's extents: symbols through `dims`, refused in version-1 documents.

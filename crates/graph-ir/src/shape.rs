@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 use crate::DType;
 
@@ -10,20 +11,21 @@ use crate::DType;
 pub const MAX_RANK: usize = 64;
 
 /// A static shape: one extent per axis. Rank 0 is a scalar (one element). Zero extents are allowed
-/// (an empty tensor), as in ONNX.
+/// (an empty tensor), as in ONNX. The extents are shared and immutable: a clone (every value and binding of a
+/// plan names its tensor's shape) takes a reference, not a copy; a new shape is built from a `Vec` and converted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Shape(pub Vec<usize>);
+pub struct Shape(pub Arc<[usize]>);
 
 impl Shape {
     /// A shape from its extents.
     pub fn new(dims: impl Into<Vec<usize>>) -> Self {
-        Shape(dims.into())
+        Shape(dims.into().into())
     }
 
     /// The rank-0 shape.
     pub fn scalar() -> Self {
-        Shape(Vec::new())
+        Shape(Arc::new([]))
     }
 
     /// Number of axes.
@@ -58,19 +60,25 @@ impl Shape {
 
 impl From<Vec<usize>> for Shape {
     fn from(v: Vec<usize>) -> Self {
+        Shape(v.into())
+    }
+}
+
+impl From<Arc<[usize]>> for Shape {
+    fn from(v: Arc<[usize]>) -> Self {
         Shape(v)
     }
 }
 
 impl From<&[usize]> for Shape {
     fn from(v: &[usize]) -> Self {
-        Shape(v.to_vec())
+        Shape(v.into())
     }
 }
 
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(v: [usize; N]) -> Self {
-        Shape(v.to_vec())
+        Shape(Arc::new(v))
     }
 }
 
@@ -101,7 +109,7 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
             _ => return None,
         };
     }
-    Some(Shape(out))
+    Some(Shape::from(out))
 }
 
 /// The extent `k` axes from the right, 1 beyond the rank (numpy's implicit leading ones).

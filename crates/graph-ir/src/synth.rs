@@ -364,10 +364,10 @@ mod tests {
         let t = transformer(2, 64, 4, 16, 1).unwrap();
         t.validate().unwrap();
         let out = t.tensor(t.outputs()[0]);
-        assert_eq!(out.shape.0, vec![1, 16, 64]);
+        assert_eq!(*out.shape.0, vec![1, 16, 64]);
         let r = resnet_like(2, 8, 16).unwrap();
         r.validate().unwrap();
-        assert_eq!(r.tensor(r.outputs()[0]).shape.0, vec![1, 10]);
+        assert_eq!(*r.tensor(r.outputs()[0]).shape.0, vec![1, 10]);
         let i = inception_like(2, 4).unwrap();
         i.validate().unwrap();
         for n in [1, 2, 3, 50, 500] {

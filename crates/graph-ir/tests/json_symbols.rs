@@ -34,9 +34,9 @@ fn symbols_are_bound_at_load() {
     for (batch, hidden) in [(1, 32), (8, 64)] {
         let g = load(MLP, &[("batch", batch), ("hidden", hidden)]).unwrap();
         let x = g.tensor(g.inputs()[0]);
-        assert_eq!(x.shape.0, vec![batch, 16]);
+        assert_eq!(*x.shape.0, vec![batch, 16]);
         let y = g.tensor(g.outputs()[0]);
-        assert_eq!(y.shape.0, vec![batch, hidden]);
+        assert_eq!(*y.shape.0, vec![batch, hidden]);
         // Written back: a concrete version-1 document, which loads again to the same text.
         let text = g.to_json();
         assert!(text.contains("\"version\": 1"), "{text}");

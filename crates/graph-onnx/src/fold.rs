@@ -82,7 +82,7 @@ fn bcast_dims(shapes: &[&[usize]]) -> R<Vec<usize>> {
         acc = graph_ir::shape::broadcast(&acc, &Shape::from(*s))
             .ok_or_else(|| format!("cannot broadcast {acc} with {}", Shape::from(*s)))?;
     }
-    Ok(acc.0)
+    Ok(acc.0.to_vec())
 }
 
 /// Packs i64 values as `code`'s little-endian bytes (wrapping, as a C cast).
@@ -132,7 +132,7 @@ fn infer_dims(op: &Op, inputs: &[&TensorValue]) -> R<Vec<usize>> {
         .collect::<R<_>>()?;
     let refs: Vec<(graph_ir::DType, &Shape)> = specs.iter().map(|(d, s)| (*d, s)).collect();
     let out = infer(op, &refs).map_err(|e| format!("{e:?}"))?;
-    out.into_iter().next().map(|s| s.shape.0).ok_or_else(|| "no output".to_string())
+    out.into_iter().next().map(|s| s.shape.0.to_vec()).ok_or_else(|| "no output".to_string())
 }
 
 /// The same bytes under new dims (Reshape, Squeeze, Unsqueeze, Flatten, Identity).

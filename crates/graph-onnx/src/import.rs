@@ -432,7 +432,7 @@ impl Importer<'_> {
         let out_ids = self.graph.add_node_named(&name, op, &ids, &out_names)?;
         for (oname, id) in out_names.iter().zip(out_ids) {
             let t = self.graph.tensor(id);
-            let (code, dims) = (code_of(t.dtype), t.shape.0.clone());
+            let (code, dims) = (code_of(t.dtype), t.shape.0.to_vec());
             self.define(oname, Val { code, dims, konst: None, id: Some(id), folded: false })?;
         }
         Ok(())

@@ -582,7 +582,7 @@ fn initializers_become_constants_weights_or_nothing() {
     assert_eq!(m.stats.unused_initializers, 1);
     assert_eq!(m.weights.len(), 1);
     let w = &m.weights[0];
-    assert_eq!((w.name.as_str(), w.dtype, w.shape.0.clone()), ("w_big", DType::F32, vec![4, 5000]));
+    assert_eq!((w.name.as_str(), w.dtype, w.shape.0.to_vec()), ("w_big", DType::F32, vec![4, 5000]));
     assert_eq!(w.tensor, m.graph.tensor_id("w_big").unwrap());
     assert_eq!(&w.bytes[4..8], &1f32.to_le_bytes());
     assert_eq!(w.bytes.len(), 80_000);

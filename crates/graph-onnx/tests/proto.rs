@@ -85,5 +85,5 @@ fn fixtures_match_the_encoder_and_import() {
     let sym = fixture("symbolic_batch.onnx", &symbolic_batch());
     assert!(matches!(import_file(&sym, &ImportOptions::default()), Err(OnnxError::UnboundDim { .. })));
     let m = import_file(&sym, &ImportOptions::with_dims([("batch", 3)])).unwrap();
-    assert_eq!(m.graph.tensor(m.graph.outputs()[0]).shape.0, vec![3, 4]);
+    assert_eq!(*m.graph.tensor(m.graph.outputs()[0]).shape.0, vec![3, 4]);
 }

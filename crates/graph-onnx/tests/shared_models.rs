@@ -38,9 +38,12 @@ fn check_cnn(m: &OnnxModel, nodes: usize, intermediates: usize) {
     assert_eq!(m.graph.num_nodes(), nodes);
     assert_eq!(count(m, TensorRole::Intermediate), intermediates);
     let input = m.graph.tensor(m.graph.inputs()[0]);
-    assert_eq!((input.name.as_ref(), input.dtype, input.shape.0.clone()), ("pixels", DType::F32, vec![1, 3, 224, 224]));
+    assert_eq!(
+        (input.name.as_ref(), input.dtype, input.shape.0.to_vec()),
+        ("pixels", DType::F32, vec![1, 3, 224, 224])
+    );
     let output = m.graph.tensor(m.graph.outputs()[0]);
-    assert_eq!((output.name.as_ref(), output.shape.0.clone()), ("logits", vec![1, 1000]));
+    assert_eq!((output.name.as_ref(), output.shape.0.to_vec()), ("logits", vec![1, 1000]));
     // The stripped weights are weights of known shape with no data to hand over.
     assert!(m.weights.is_empty());
     // Classifier head: ReduceMean over the spatial axes (axes input in opset 18), Reshape, Gemm with trans_b.
@@ -64,7 +67,7 @@ fn resnet50() {
     let stem = &m.graph.node(m.graph.node_id("node_Conv_753").unwrap());
     assert_eq!(stem.op, Op::Conv(ConvAttrs { strides: vec![2, 2], pads: vec![3; 4], dilations: vec![1, 1], group: 1 }));
     let w = m.graph.tensor(m.graph.tensor_id("conv1.weight").unwrap());
-    assert_eq!((w.role, w.shape.0.clone(), w.data.is_none()), (TensorRole::Weight, vec![64, 3, 7, 7], true));
+    assert_eq!((w.role, w.shape.0.to_vec(), w.data.is_none()), (TensorRole::Weight, vec![64, 3, 7, 7], true));
     let pool = ops_named(&m, "MaxPool").next().unwrap();
     assert_eq!(
         pool,
@@ -126,15 +129,15 @@ fn bert_base() {
     // README: 417 intermediates; the folded one is now a constant.
     assert_eq!(count(&m, TensorRole::Intermediate), 417 - 1);
     let ids = m.graph.tensor(m.graph.tensor_id("gather").unwrap());
-    assert_eq!((ids.role, ids.dtype, ids.shape.0.clone()), (TensorRole::Constant, DType::I64, vec![1, 128]));
+    assert_eq!((ids.role, ids.dtype, ids.shape.0.to_vec()), (TensorRole::Constant, DType::I64, vec![1, 128]));
     assert!(ids.data.as_deref().unwrap().iter().all(|&b| b == 0), "token type ids are all zero");
     let input = m.graph.tensor(m.graph.inputs()[0]);
-    assert_eq!((input.name.as_ref(), input.dtype, input.shape.0.clone()), ("input_ids", DType::I64, vec![1, 128]));
+    assert_eq!((input.name.as_ref(), input.dtype, input.shape.0.to_vec()), ("input_ids", DType::I64, vec![1, 128]));
     let outs: Vec<(String, Vec<usize>)> = m
         .graph
         .outputs()
         .iter()
-        .map(|&t| (m.graph.tensor(t).name.to_string(), m.graph.tensor(t).shape.0.clone()))
+        .map(|&t| (m.graph.tensor(t).name.to_string(), m.graph.tensor(t).shape.0.to_vec()))
         .collect();
     assert_eq!(outs, vec![("last_hidden_state".into(), vec![1, 128, 768]), ("pooler_output".into(), vec![1, 768])]);
     let lns: Vec<&Op> = ops_named(&m, "LayerNormalization").collect();

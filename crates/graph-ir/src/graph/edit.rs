@@ -181,8 +181,8 @@ impl GraphEdit {
         let specs = {
             // The operands on the stack for the usual few inputs (this runs once per node of the graph).
             const ON_STACK: usize = 8;
-            static NONE: Shape = Shape(Vec::new());
-            let mut stack = [(DType::F32, &NONE); ON_STACK];
+            static NONE: std::sync::LazyLock<Shape> = std::sync::LazyLock::new(Shape::scalar);
+            let mut stack = [(DType::F32, &*NONE); ON_STACK];
             let heap: Vec<(DType, &Shape)>;
             let operand = |t: TensorId| (self.g.tensors[t].dtype, &self.g.tensors[t].shape);
             let ins: &[(DType, &Shape)] = if inputs.len() <= ON_STACK {

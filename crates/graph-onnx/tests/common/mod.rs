@@ -71,7 +71,7 @@ pub fn op(m: &OnnxModel, name: &str) -> Op {
 /// Dims of the tensor named `name`.
 pub fn dims(m: &OnnxModel, name: &str) -> Vec<usize> {
     let id = m.graph.tensor_id(name).unwrap_or_else(|| panic!("no tensor '{name}'"));
-    m.graph.tensor(id).shape.0.clone()
+    m.graph.tensor(id).shape.0.to_vec()
 }
 
 /// Role of the tensor named `name`.
