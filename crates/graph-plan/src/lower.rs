@@ -71,10 +71,16 @@ pub(crate) fn lower(
     let kernels: Vec<Kernel> = if todo.len() >= PARALLEL_KERNELS {
         todo.par_iter().map(one).collect::<PlanResult<_>>()?
     } else {
-        todo.iter().map(one).collect::<PlanResult<_>>()?
+        // Sized once: collecting through a `Result` knows no length and would grow (and copy) the list.
+        let mut kernels = Vec::with_capacity(todo.len());
+        for k in &todo {
+            kernels.push(one(k)?);
+        }
+        kernels
     };
-    let mut bindings = Vec::new();
-    for &t in graph.inputs().iter().chain(graph.weights()).chain(graph.outputs()) {
+    let external = graph.inputs().iter().chain(graph.weights()).chain(graph.outputs());
+    let mut bindings = Vec::with_capacity(graph.inputs().len() + graph.weights().len() + graph.outputs().len());
+    for &t in external {
         let tensor = graph.tensor(t);
         let role = match tensor.role {
             TensorRole::Input => BindingRole::Input,
