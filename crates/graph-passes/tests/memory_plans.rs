@@ -215,6 +215,32 @@ proptest! {
         }
     }
 
+    /// The pipeline plans memory from the front its Concat check made (`memory::Prepared`): the plan it gets is
+    /// the one the memory pass makes from scratch, and a front's bound and Concat check are those of the free
+    /// functions, on random DAGs and the inception family (Concats eliminated or not), any stream count.
+    #[test]
+    fn memory_from_the_checks_front_is_the_memory_pass(n in 3usize..120, fan_in in 1usize..4, seed in 0u64..10_000,
+                                                      streams in 1usize..4, concat in any::<bool>()) {
+        use graph_passes::memory;
+        for g in [synth::random_dag(n, fan_in, seed).unwrap(), synth::inception_like(1 + n % 3, 2 + n % 3).unwrap()] {
+            let mut o = opts(streams, true);
+            o.fusion.caps.concat_elimination = concat;
+            let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
+            let (fusion, groups, planned) = (r.fusion.unwrap(), r.groups.unwrap(), r.memory.unwrap());
+            let fresh = memory::analyse(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+            let json = |m: &memory::MemoryPlan| serde_json::to_string(m).unwrap();
+            prop_assert_eq!(json(&planned), json(&fresh));
+            let front = memory::prepare(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+            prop_assert_eq!(front.lower_bound(&o.memory), fresh.lower_bound_bytes);
+            prop_assert_eq!(
+                front.concat_bound(&g, &fusion, &o.memory),
+                memory::concat_bound(&g, &fusion, &groups, &r.target, &o.memory).unwrap()
+            );
+            let again = memory::analyse_prepared(&g, &fusion, &groups, &r.target, &o.memory, front).unwrap();
+            prop_assert_eq!(json(&again), json(&fresh));
+        }
+    }
+
     /// Random DAGs, any stream count, fusion on or off, either order, concurrent lifetimes on or off: the plan verifies and computes the
     /// reference's outputs bitwise; the pool lies between the bound and the naive size.
     #[test]
@@ -228,5 +254,51 @@ proptest! {
         prop_assert!(p.stats().lower_bound_bytes <= p.pool_bytes as u64);
         prop_assert!(p.pool_bytes as u64 <= p.stats().naive_bytes);
         assert_matches_reference(&g, &o, seed);
+    }
+}
+
+/// A memory front made for one fusion plan and given with another is refused as a planner bug, not used.
+#[test]
+fn a_front_for_another_fusion_plan_is_refused() {
+    use graph_passes::memory;
+    let g = synth::inception_like(2, 3).unwrap();
+    let o = opts(2, true);
+    let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
+    let (fusion, groups) = (r.fusion.unwrap(), r.groups.unwrap());
+    let unfused = graph_plan::run_pipeline(&g, &opts(2, false), Some(graph_plan::Pass::Memory)).unwrap();
+    let (other_fusion, other_groups) = (unfused.fusion.unwrap(), unfused.groups.unwrap());
+    assert_ne!(fusion.groups.len(), other_fusion.groups.len());
+    let front = memory::prepare(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+    let err = memory::analyse_prepared(&g, &other_fusion, &other_groups, &r.target, &o.memory, front).unwrap_err();
+    assert!(matches!(err, graph_passes::PlanError::Internal(_)), "{err}");
+    assert!(err.to_string().contains("another fusion plan"), "{err}");
+}
+
+/// A Concat whose eliminated form keeps the bound: the pipeline plans memory from the front its Concat check
+/// made, and gets the memory pass's own plan; the plan verifies and computes the reference's outputs.
+#[test]
+fn a_kept_concat_elimination_plans_memory_from_its_checks_front() {
+    use graph_passes::memory;
+    // x -> two 1x1 conv+relu branches -> Concat(axis 1) -> Neg -> output.
+    let mut g = ComputeGraph::new("cat2");
+    let x = g.add_input("x", F, [1, 4, 8, 8]).unwrap();
+    let mut outs = Vec::new();
+    for (name, c) in [("a", 4), ("b", 8)] {
+        let w = g.add_weight(&format!("{name}.w"), F, [c, 4, 1, 1]).unwrap();
+        let conv = n1(&mut g, &format!("{name}.conv"), Op::Conv(Default::default()), &[x, w]);
+        outs.push(n1(&mut g, &format!("{name}.relu"), Op::Relu, &[conv]));
+    }
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
+    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
+    g.mark_output(y).unwrap();
+    for streams in [1, 2] {
+        let o = opts(streams, true);
+        let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
+        let (fusion, groups, planned) = (r.fusion.unwrap(), r.groups.unwrap(), r.memory.unwrap());
+        assert_eq!(fusion.stats.concats_eliminated, 1, "{streams} streams");
+        let fresh = memory::analyse(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+        assert_eq!(serde_json::to_string(&planned).unwrap(), serde_json::to_string(&fresh).unwrap());
+        plan(&g, &o);
+        assert_matches_reference(&g, &o, streams as u64);
     }
 }

@@ -310,6 +310,9 @@ struct Front {
     fusion: FusionPlan,
     groups: GroupGraph,
     memory: Option<MemoryPlan>,
+    /// The memory pass's first steps for this fusion plan when the Concat check already made them
+    /// ([`settle_concats`]): the memory pass then starts from them instead of deriving them again.
+    prepared: Option<memory::Prepared>,
 }
 
 /// Fusion and the group graph for `topo`, each followed by its check.
@@ -348,18 +351,21 @@ fn settle_concats(
     if fusion.stats.concats_eliminated == 0 {
         return Front::with_fusion(graph, topo.clone(), fusion, clock);
     }
-    let front = Front::with_fusion(graph, topo.clone(), fusion, clock)?;
+    let mut front = Front::with_fusion(graph, topo.clone(), fusion, clock)?;
     let mut scratch = PassClock::default();
     let t0 = Instant::now();
+    // The memory pass's first steps, which the bound needs: the kept front's memory pass starts from them.
+    let prepared = memory::prepare(graph, &front.fusion, &front.groups, target, &opts.memory).ok();
     // A bound over the pool limit counts as a rise (the plan without them reports its own error, if any).
-    let (with, may_raise) = match memory::concat_bound(graph, &front.fusion, &front.groups, target, &opts.memory) {
-        Ok((b, may_raise)) if b <= opts.memory.max_pool_bytes => (b, may_raise),
+    let (with, may_raise) = match prepared.as_ref().map(|p| p.concat_bound(graph, &front.fusion, &opts.memory)) {
+        Some((b, may_raise)) if b <= opts.memory.max_pool_bytes => (b, may_raise),
         _ => (u64::MAX, true),
     };
     if !may_raise {
         // A step at the peak is outside every elimination's early window: without them the bound is no lower
-        // (`memory::concat_bound`), so the second fusion run is not needed.
+        // (`memory::Prepared::concat_bound`), so the second fusion run is not needed.
         clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
+        front.prepared = prepared;
         return Ok(front);
     }
     let mut off = opts.fusion.clone();
@@ -367,11 +373,14 @@ fn settle_concats(
     let alt_fusion = pass.analyse(&off);
     crate::pass_checks::after_fusion(graph, &alt_fusion)?;
     let mut alt = Front::with_fusion(graph, topo.clone(), alt_fusion, &mut scratch)?;
-    let without = memory::lower_bound(graph, &alt.fusion, &alt.groups, target, &opts.memory)?;
+    let alt_prepared = memory::prepare(graph, &alt.fusion, &alt.groups, target, &opts.memory)?;
+    let without = alt_prepared.lower_bound(&opts.memory);
     clock.add(Pass::Fusion, t0.elapsed().as_secs_f64() * 1e3);
     if with <= without {
+        front.prepared = prepared;
         return Ok(front);
     }
+    alt.prepared = Some(alt_prepared);
     tracing::debug!(with, without, "concat elimination would raise the memory bound: planned without it");
     let why = format!("they would raise lower_bound_bytes from {without} to {with}");
     if opts.fusion.decisions {
@@ -407,7 +416,7 @@ impl Front {
     ) -> PlanResult<Front> {
         let groups = clock.run(Pass::Groups, || GroupGraph::new(graph, &topo, &fusion));
         crate::pass_checks::after_groups(&groups)?;
-        Ok(Front { topo, fusion, groups, memory: None })
+        Ok(Front { topo, fusion, groups, memory: None, prepared: None })
     }
 
     /// Run the memory pass (once) and its check.
@@ -419,8 +428,11 @@ impl Front {
         clock: &mut PassClock,
     ) -> PlanResult<&MemoryPlan> {
         if self.memory.is_none() {
-            let m =
-                clock.run(Pass::Memory, || memory::analyse(graph, &self.fusion, &self.groups, target, &opts.memory))?;
+            let (fusion, groups, prepared) = (&self.fusion, &self.groups, self.prepared.take());
+            let m = clock.run(Pass::Memory, || match prepared {
+                Some(p) => memory::analyse_prepared(graph, fusion, groups, target, &opts.memory, p),
+                None => memory::analyse(graph, fusion, groups, target, &opts.memory),
+            })?;
             crate::pass_checks::after_memory(&m)?;
             self.memory = Some(m);
         }
@@ -529,7 +541,7 @@ fn run_passes(
         front = chosen;
         r.order = Some(outcome);
     }
-    let Front { topo, fusion, groups, memory } = front;
+    let Front { topo, fusion, groups, memory, prepared } = front;
     r.topo = topo;
     // (Memory-aware ordering needs the group graph, so with it a stop after fusion has one too.)
     if stop(Pass::Fusion) || stop(Pass::Groups) {
@@ -538,7 +550,7 @@ fn run_passes(
         r.pass_ms = clock.ms;
         return Ok(r);
     }
-    let mut front = Front { topo: r.topo.clone(), fusion, groups, memory };
+    let mut front = Front { topo: r.topo.clone(), fusion, groups, memory, prepared };
     if let Err(e) = front.plan_memory(graph, opts, &target, &mut clock).map(|_| ()) {
         // Concat eliminations are kept on their bound (`settle_concats`); a pool over the limit with them that
         // would fit without them falls back to the plan without them, as it did when the check packed both.

@@ -268,25 +268,31 @@ fn bug(what: impl std::fmt::Display) -> PlanError {
 }
 
 /// Steps 1-3 of the pass (regions, the pool model, lifetimes, in-place handovers and units, in group order):
-/// what the bound and the packing both start from.
-struct Front<'g> {
+/// what the bound, the Concat check and the packing all start from. Made once per fusion plan by [`prepare`]
+/// and owned, so that a pipeline which asks for the bound first ([`Prepared::concat_bound`]) plans memory from
+/// the same front ([`analyse_prepared`]) instead of deriving it again.
+pub struct Prepared {
     classes: Classes,
     outside: regions::Outside,
-    reach: Reach<'g>,
+    reach: reach::Detached,
     ordered: bool,
     model: PoolModel,
     live: Vec<Interval>,
     handovers: Vec<model::Handover>,
     units: units::Units,
+    /// The fusion plan's groups when it was made (a check that it is used with the same plan).
+    groups: usize,
 }
 
-fn front<'g>(
+/// Steps 1-3 of the memory pass for `fusion` (see [`Prepared`]); `groups`, `target` and `opts` must be those
+/// later given to [`analyse_prepared`].
+pub fn prepare(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
-    groups: &'g GroupGraph,
+    groups: &GroupGraph,
     target: &Target,
     opts: &MemoryOptions,
-) -> Result<Front<'g>, PlanError> {
+) -> Result<Prepared, PlanError> {
     let a = opts.alignment.max(1);
     // 1. Regions.
     let classes = Classes::new(graph, fusion, groups);
@@ -304,12 +310,11 @@ fn front<'g>(
     let mut live = model.lifetimes(groups, &pos);
     let handovers = if in_place { model.choose_in_place(&pos, &live) } else { Vec::new() };
     let units = units::form(&mut live, &handovers, &pos);
-    Ok(Front { classes, outside, reach, ordered, model, live, handovers, units })
+    let reach = reach.detach();
+    Ok(Prepared { classes, outside, reach, ordered, model, live, handovers, units, groups: fusion.groups.len() })
 }
 
-/// The pool's lower bound (DESIGN.md 5) of `fusion` in group order, exactly [`analyse`]'s `lower_bound_bytes`,
-/// without packing: for a caller comparing fusion plans by their memory bound (the driver's Concat elimination
-/// check), which then plans memory once for the plan it keeps.
+/// The memory pass's lower bound for `fusion` (`MemoryPlan::lower_bound_bytes`) without packing anything.
 pub fn lower_bound(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
@@ -318,16 +323,10 @@ pub fn lower_bound(
     opts: &MemoryOptions,
 ) -> Result<u64, PlanError> {
     let _span = tracing::debug_span!("memory_bound").entered();
-    let f = front(graph, fusion, groups, target, opts)?;
-    Ok(pack::lower_bound(&unit_buffers(&f.units, &f.model, &f.units.live), opts.alignment.max(1)))
+    Ok(prepare(graph, fusion, groups, target, opts)?.lower_bound(opts))
 }
 
-/// [`lower_bound`], and whether `fusion`'s Concat eliminations may be what sets it. An eliminated Concat's
-/// output is live from its first slot's producer on, where separate inputs would only fill up to its last
-/// producer: in that early window elimination can hold more bytes, at any later step it holds no more than the
-/// inputs or the output would. So when some step at the peak lies outside every early window, the same groups
-/// with each eliminated Concat as a kernel of its own peak at least as high, and the eliminations cannot have
-/// raised the bound (`false`; also when nothing is eliminated). O(B log B) in the pool's buffers.
+/// [`Prepared::concat_bound`] of a front made here.
 pub fn concat_bound(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
@@ -336,46 +335,63 @@ pub fn concat_bound(
     opts: &MemoryOptions,
 ) -> Result<(u64, bool), PlanError> {
     let _span = tracing::debug_span!("memory_bound").entered();
-    let f = front(graph, fusion, groups, target, opts)?;
-    let (bound, spans) = pack::peak_spans(&unit_buffers(&f.units, &f.model, &f.units.live), opts.alignment.max(1));
-    // Each eliminated Concat's early window: [first producer's step, last producer's step), steps being group
-    // positions (the front's order).
-    let mut window: std::collections::HashMap<graph_ir::NodeId, (u64, u64)> = std::collections::HashMap::new();
-    for (t, slot) in &fusion.concat_slots {
-        let Some(g) = graph.producer(t).and_then(|p| fusion.group_of.get(p)) else {
-            // A slot without a producing group is not a case this check understands: ask for the full comparison.
-            return Ok((bound, true));
-        };
-        let s = g.index() as u64;
-        let w = window.entry(slot.concat).or_insert((s, s));
-        w.0 = w.0.min(s);
-        w.1 = w.1.max(s);
+    Ok(prepare(graph, fusion, groups, target, opts)?.concat_bound(graph, fusion, opts))
+}
+
+impl Prepared {
+    /// [`lower_bound`] of the plan this front was made for.
+    pub fn lower_bound(&self, opts: &MemoryOptions) -> u64 {
+        pack::lower_bound(&unit_buffers(&self.units, &self.model, &self.units.live), opts.alignment.max(1))
     }
-    let mut windows: Vec<(u64, u64)> = window.into_values().filter(|w| w.0 < w.1).collect();
-    windows.sort_unstable();
-    // A step of a peak span outside the union of the windows: walk both lists in time order.
-    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(windows.len());
-    for w in windows {
-        match merged.last_mut() {
-            Some(last) if w.0 <= last.1 => last.1 = last.1.max(w.1),
-            _ => merged.push(w),
+
+    /// [`lower_bound`], and whether `fusion`'s Concat eliminations may be what sets it. An eliminated Concat's
+    /// output is live from its first slot's producer on, where separate inputs would only fill up to its last
+    /// producer: in that early window elimination can hold more bytes, at any later step it holds no more than the
+    /// inputs or the output would. So when some step at the peak lies outside every early window, the same groups
+    /// with each eliminated Concat as a kernel of its own peak at least as high, and the eliminations cannot have
+    /// raised the bound (`false`; also when nothing is eliminated). O(B log B) in the pool's buffers.
+    pub fn concat_bound(&self, graph: &ComputeGraph, fusion: &FusionPlan, opts: &MemoryOptions) -> (u64, bool) {
+        let buffers = unit_buffers(&self.units, &self.model, &self.units.live);
+        let (bound, spans) = pack::peak_spans(&buffers, opts.alignment.max(1));
+        // Each eliminated Concat's early window: [first producer's step, last producer's step), steps being group
+        // positions (the front's order).
+        let mut window: std::collections::HashMap<graph_ir::NodeId, (u64, u64)> = std::collections::HashMap::new();
+        for (t, slot) in &fusion.concat_slots {
+            let Some(g) = graph.producer(t).and_then(|p| fusion.group_of.get(p)) else {
+                // A slot without a producing group is not a case this check understands: ask for the full comparison.
+                return (bound, true);
+            };
+            let s = g.index() as u64;
+            let w = window.entry(slot.concat).or_insert((s, s));
+            w.0 = w.0.min(s);
+            w.1 = w.1.max(s);
         }
+        let mut windows: Vec<(u64, u64)> = window.into_values().filter(|w| w.0 < w.1).collect();
+        windows.sort_unstable();
+        // A step of a peak span outside the union of the windows: walk both lists in time order.
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(windows.len());
+        for w in windows {
+            match merged.last_mut() {
+                Some(last) if w.0 <= last.1 => last.1 = last.1.max(w.1),
+                _ => merged.push(w),
+            }
+        }
+        let outside = spans.iter().any(|&(from, to)| {
+            // The first step of [from, to) not inside a window.
+            let mut t = from;
+            for &(a, b) in &merged {
+                if b <= t {
+                    continue;
+                }
+                if a > t {
+                    break;
+                }
+                t = b;
+            }
+            t < to
+        });
+        (bound, !outside)
     }
-    let outside = spans.iter().any(|&(from, to)| {
-        // The first step of [from, to) not inside a window.
-        let mut t = from;
-        for &(a, b) in &merged {
-            if b <= t {
-                continue;
-            }
-            if a > t {
-                break;
-            }
-            t = b;
-        }
-        t < to
-    });
-    Ok((bound, !outside))
 }
 
 /// The packer's input: each unit's bytes (its head buffer's) over `live`, its lifetime.
@@ -397,9 +413,39 @@ pub fn analyse(
     opts: &MemoryOptions,
 ) -> Result<MemoryPlan, PlanError> {
     let _span = tracing::debug_span!("memory").entered();
+    let prepared = prepare(graph, fusion, groups, target, opts)?;
+    planned(graph, fusion, groups, target, opts, prepared)
+}
+
+/// [`analyse`] from its steps 1-3 made already ([`prepare`], with the same `fusion`, `groups`, `target` and
+/// `opts`): the same plan, without deriving the front a second time.
+pub fn analyse_prepared(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    target: &Target,
+    opts: &MemoryOptions,
+    prepared: Prepared,
+) -> Result<MemoryPlan, PlanError> {
+    let _span = tracing::debug_span!("memory").entered();
+    planned(graph, fusion, groups, target, opts, prepared)
+}
+
+/// Steps 4-6 of the pass from its front.
+fn planned(
+    graph: &ComputeGraph,
+    fusion: &FusionPlan,
+    groups: &GroupGraph,
+    target: &Target,
+    opts: &MemoryOptions,
+    prepared: Prepared,
+) -> Result<MemoryPlan, PlanError> {
     let a = opts.alignment.max(1);
-    let Front { classes, outside, mut reach, ordered, model, live, handovers, mut units } =
-        front(graph, fusion, groups, target, opts)?;
+    let Prepared { classes, outside, reach, ordered, model, live, handovers, mut units, groups: made_for } = prepared;
+    let mut reach = match Reach::attach(groups, reach) {
+        Some(r) if made_for == fusion.groups.len() => r,
+        _ => return Err(bug("a memory front used with another fusion plan than the one it was made for")),
+    };
     // The groups that free each buffer's bytes: its readers, or its writer when nobody reads it.
     let froms: Vec<&[GroupId]> =
         (0..model.len())

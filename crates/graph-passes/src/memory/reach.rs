@@ -49,6 +49,21 @@ pub(crate) struct Reach<'a> {
     use_labels: bool,
 }
 
+/// A [`Reach`] without its DAG ([`Reach::detach`]): every answer and budget so far, kept as they are.
+pub(crate) struct Detached {
+    mark: Vec<u32>,
+    stamp: u32,
+    stack: Vec<GroupId>,
+    limit: usize,
+    exhausted: usize,
+    total_left: u64,
+    closure: Option<Vec<u64>>,
+    words: usize,
+    use_closure: bool,
+    labels: Option<Labels>,
+    use_labels: bool,
+}
+
 /// Landmark labels of `dag` with `count` landmarks spread over the group order (a topological one).
 fn labels(dag: &GroupGraph, count: usize) -> Labels {
     let order: Vec<u32> = (0..dag.len() as u32).collect();
@@ -85,6 +100,57 @@ impl<'a> Reach<'a> {
             labels: None,
             use_labels: true,
         }
+    }
+
+    /// The queries' state without the borrow of the DAG, to be resumed over the same DAG ([`Reach::attach`]):
+    /// what the memory pass's front ([`super::Prepared`]) keeps between the caller's two uses of it.
+    pub fn detach(self) -> Detached {
+        let Reach {
+            dag: _,
+            mark,
+            stamp,
+            stack,
+            limit,
+            exhausted,
+            total_left,
+            closure,
+            words,
+            use_closure,
+            labels,
+            use_labels,
+        } = self;
+        Detached { mark, stamp, stack, limit, exhausted, total_left, closure, words, use_closure, labels, use_labels }
+    }
+
+    /// Resume `state` over `dag`, which must be the DAG it was detached from (`None` when its size differs).
+    pub fn attach(dag: &'a GroupGraph, state: Detached) -> Option<Reach<'a>> {
+        let Detached {
+            mark,
+            stamp,
+            stack,
+            limit,
+            exhausted,
+            total_left,
+            closure,
+            words,
+            use_closure,
+            labels,
+            use_labels,
+        } = state;
+        (mark.len() == dag.len()).then_some(Reach {
+            dag,
+            mark,
+            stamp,
+            stack,
+            limit,
+            exhausted,
+            total_left,
+            closure,
+            words,
+            use_closure,
+            labels,
+            use_labels,
+        })
     }
 
     /// As [`Reach::new`], but always with the bounded search (no closure, no labels), for tests of the budget.
