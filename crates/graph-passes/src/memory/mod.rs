@@ -467,12 +467,14 @@ fn planned(
     let budgets = search_budgets(unit_bufs.len(), target.effort);
 
     // 4. Offsets.
-    let (mut unit_off, pool_optimal) = unit_offsets(graph, &unit_bufs, opts, &budgets, a)?;
+    // With the ordered-reuse preference below, the layout is checked once, after its moves.
+    let prefer = ordered && unit_bufs.len() > 1;
+    let (mut unit_off, pool_optimal) = unit_offsets(graph, &unit_bufs, opts, &budgets, a, prefer)?;
     let pool_bytes =
         unit_bufs.iter().zip(&unit_off).map(|(b, &o)| o.saturating_add(align_up(b.size, a))).max().unwrap_or(0);
 
     // 5. Prefer places the DAG already orders.
-    if ordered && unit_bufs.len() > 1 {
+    if prefer {
         let mut placed: Vec<reuse::Unit> = (0..units.len())
             .map(|u| reuse::Unit {
                 live: units.live[u],
@@ -485,7 +487,9 @@ fn planned(
         let stats = reuse::prefer_ordered(&mut placed, pool_bytes, &mut reach, budgets.prefer_ordered);
         tracing::debug!(revisited = stats.revisited, moved = stats.moved, "memory: ordered-reuse preference");
         unit_off = placed.iter().map(|u| u.offset).collect();
-        pack::check(&unit_bufs, &unit_off).map_err(|v| bug(format!("ordered-reuse moves broke the layout: {v}")))?;
+        // The packer's layout and these moves, checked together (the packer did not check its own here).
+        pack::check(&unit_bufs, &unit_off)
+            .map_err(|v| bug(format!("the packed layout after the ordered-reuse moves is invalid: {v}")))?;
     }
     if pool_bytes > opts.max_pool_bytes {
         return Err(PlanError::Graph(graph_ir::GraphError::LimitExceeded {
@@ -560,13 +564,14 @@ fn planned(
 }
 
 /// Offsets for the units: the packer with reuse (its failures mapped to user limits or planner bugs), one
-/// after the other without.
+/// after the other without. `checked_later`: the caller checks the layout it keeps, so the packer need not.
 fn unit_offsets(
     graph: &ComputeGraph,
     unit_bufs: &[pack::Buffer],
     opts: &MemoryOptions,
     budgets: &SearchBudgets,
     a: u64,
+    checked_later: bool,
 ) -> Result<(Vec<u64>, bool), PlanError> {
     if !opts.reuse {
         return Ok((bump_offsets(unit_bufs, a), false));
@@ -580,7 +585,8 @@ fn unit_offsets(
         },
         seed: opts.seed,
     };
-    let p = pack::pack(unit_bufs, &popts).map_err(|e| match e {
+    let packed = if checked_later { pack::pack_unchecked(unit_bufs, &popts) } else { pack::pack(unit_bufs, &popts) };
+    let p = packed.map_err(|e| match e {
         // A graph whose tensors are too large for 64-bit offsets: the user's limit, not a bug.
         pack::PackError::Overflow { size, .. } => PlanError::Graph(graph_ir::GraphError::LimitExceeded {
             what: format!("activation pool of graph '{}' (bytes; offsets overflow 64 bits)", graph.name()),

@@ -316,15 +316,24 @@ fn sweep_events(buffers: &[Buffer], alignment: u64) -> Vec<(u64, bool, u128)> {
     events
 }
 
-/// Packs `buffers` into one pool. See the module docs for the algorithm and guarantees.
+/// Packs `buffers` into one pool. See the module docs for the algorithm and guarantees. The layout is checked by
+/// the independent validator before it is handed out.
 pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError> {
+    let p = pack_unchecked(buffers, opts)?;
+    check(buffers, &p.offsets).map_err(PackError::Internal)?;
+    Ok(p)
+}
+
+/// [`pack`] without its closing check, for the memory pass when it moves units after packing and checks the
+/// layout it finally keeps (one check of the same buffers instead of two).
+pub(crate) fn pack_unchecked(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError> {
     let started = Instant::now();
     let inst = Instance::new(buffers, opts.alignment)?;
     let lower = inst.lower_bound;
     let mut stats = PackStats { components: inst.components.len(), ..PackStats::default() };
     if inst.len() == 0 {
         stats.proved_lower_bound = 0;
-        return finish(buffers, vec![0; buffers.len()], 0, lower, Strategy::Trivial, true, stats);
+        return finish(vec![0; buffers.len()], 0, lower, Strategy::Trivial, true, stats);
     }
 
     // Greedy portfolio, best run per component. Offsets and heights below are relative to component bases.
@@ -417,12 +426,11 @@ pub fn pack(buffers: &[Buffer], opts: &PackOptions) -> Result<Packing, PackError
         .min()
         .map_or(Strategy::Pinned, |c| comp_strategy[c]);
     let full = inst.scatter(&offsets, buffers.len())?;
-    finish(buffers, full, height, lower, strategy, proved >= height, stats)
+    finish(full, height, lower, strategy, proved >= height, stats)
 }
 
-/// Validates the layout with the independent checker before handing it out.
+/// The packing of `offsets` (checked by the caller, [`pack`]).
 fn finish(
-    buffers: &[Buffer],
     offsets: Vec<u64>,
     height: u64,
     lower_bound: u64,
@@ -430,6 +438,5 @@ fn finish(
     optimal: bool,
     stats: PackStats,
 ) -> Result<Packing, PackError> {
-    check(buffers, &offsets).map_err(PackError::Internal)?;
     Ok(Packing { offsets, height, lower_bound, strategy, optimal, stats })
 }
