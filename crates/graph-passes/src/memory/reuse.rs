@@ -28,10 +28,14 @@ use crate::memory::reach::Reach;
 ///
 /// Where every range sits on slots of a power of two and the slots are few (at most four per range plus a
 /// few) and the ranges' sizes sum to a few slots each, one occupant per slot in a flat table: a query or an
-/// update reads its range's slots, with no tree walk. Otherwise a tree of maximal ranges, start offset ->
-/// (end offset, occupant). Both answer the same (`occupants` and `occupy` below).
+/// update reads its range's slots, with no tree walk. Otherwise the maximal ranges, each with its occupant, in
+/// address order: in a sorted list while they are few ([`RUNS_MAX`]; a binary search and a short move per
+/// update), then in a tree, start offset -> (end offset, occupant). All three answer the same (`occupants` and
+/// `occupy` below).
 enum AddressMap {
     Tree(BTreeMap<u64, (u64, u32)>),
+    /// `(start, end, occupant)` of each range, disjoint, by start (none empty).
+    Runs(Vec<(u64, u64, u32)>),
     /// `owner[x]`: the occupant of slot `x` (`1 << shift` bytes), `u32::MAX` when none has been placed there.
     Slots {
         shift: u32,
@@ -60,6 +64,8 @@ impl AddressMap {
                 .is_some_and(|sum| sum <= 8 * (count + slots));
         if small {
             AddressMap::Slots { shift, owner: vec![u32::MAX; slots as usize] }
+        } else if nonempty {
+            AddressMap::Runs(Vec::new())
         } else {
             AddressMap::Tree(BTreeMap::new())
         }
@@ -79,6 +85,10 @@ impl AddressMap {
             }
             AddressMap::Slots { shift, owner } => {
                 push_placed(&owner[(lo >> shift) as usize..(hi >> shift) as usize], out);
+            }
+            AddressMap::Runs(runs) => {
+                let (i, j) = overlapping(runs, lo, hi);
+                out.extend(runs[i..j].iter().map(|r| r.2));
             }
         }
         out.sort_unstable();
@@ -116,10 +126,31 @@ impl AddressMap {
                 }
                 map.insert(lo, (hi, who));
             }
+            AddressMap::Runs(runs) => {
+                let (i, j) = overlapping(runs, lo, hi);
+                displaced.extend(runs[i..j].iter().map(|r| r.2));
+                let (first, last) = (runs.get(i).copied(), j.checked_sub(1).and_then(|k| runs.get(k)).copied());
+                let before = first.filter(|r| i < j && r.0 < lo).map(|r| (r.0, lo, r.2));
+                let after = last.filter(|r| i < j && r.1 > hi).map(|r| (hi, r.1, r.2));
+                runs.splice(i..j, before.into_iter().chain([(lo, hi, who)]).chain(after));
+                if runs.len() > RUNS_MAX {
+                    *self = AddressMap::Tree(runs.iter().map(|&(s, e, j)| (s, (e, j))).collect());
+                }
+            }
         }
         displaced.sort_unstable();
         displaced.dedup();
     }
+}
+
+/// Ranges up to which [`AddressMap::Runs`] keeps them in a list (an update moves at most this many).
+const RUNS_MAX: usize = 256;
+
+/// The runs meeting `[lo, hi)`: `runs[i..j]` (disjoint and by start, so their ends are by start too).
+fn overlapping(runs: &[(u64, u64, u32)], lo: u64, hi: u64) -> (usize, usize) {
+    let i = runs.partition_point(|r| r.1 <= lo);
+    let j = i + runs[i..].partition_point(|r| r.0 < hi);
+    (i, j)
 }
 
 /// The occupants of a run of slots onto `out`, each once per stretch of slots it holds (empty slots skipped).
@@ -513,11 +544,51 @@ mod tests {
                 assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
             }
         }
-        // Ranges off the slots, an empty one, or too many slots for the ranges keep the tree.
+        // Ranges off the slots or too many slots for the ranges take the sorted list; an empty range or one past
+        // the height, the tree.
         assert!(matches!(AddressMap::for_ranges([(128, 256)].into_iter(), 512), AddressMap::Slots { shift: 7, .. }));
         assert!(matches!(AddressMap::for_ranges([(0, 0), (0, 256)].into_iter(), 512), AddressMap::Tree(_)));
-        assert!(matches!(AddressMap::for_ranges([(0, 256)].into_iter(), 256 * 1024), AddressMap::Tree(_)));
+        assert!(matches!(AddressMap::for_ranges([(0, 256)].into_iter(), 256 * 1024), AddressMap::Runs(_)));
         assert!(matches!(AddressMap::for_ranges([(0, 512)].into_iter(), 256), AddressMap::Tree(_)));
+    }
+
+    #[test]
+    fn sorted_runs_answer_as_the_tree_does() {
+        // Random sweeps of unaligned ranges: every query and update of the sorted list gives the tree's answer,
+        // through its change to a tree past `RUNS_MAX` ranges.
+        let mut rng = crate::test_rng::XorShift::new(11);
+        let mut grew = 0;
+        for case in 0..200 {
+            let n = 1 + rng.below(if case % 4 == 0 { 2000 } else { 40 }) as usize;
+            let height = 1 + rng.below(64 * n as u64 + 100);
+            let ranges: Vec<(u64, u64)> = (0..n)
+                .map(|_| {
+                    let most = 1 + rng.below(600);
+                    let size = 1 + rng.below(height.min(most));
+                    (rng.below(height - size + 1), size)
+                })
+                .collect();
+            let mut runs = AddressMap::for_ranges(ranges.iter().copied(), height);
+            if matches!(runs, AddressMap::Slots { .. }) {
+                continue;
+            }
+            assert!(matches!(runs, AddressMap::Runs(_)), "case {case}: non-empty ranges start as a list");
+            let mut tree = AddressMap::Tree(BTreeMap::new());
+            let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+            for (who, &(lo, size)) in ranges.iter().enumerate() {
+                let q = rng.below(height);
+                let q_end = (q + 1 + rng.below(300)).min(height);
+                runs.occupants(q, q_end, &mut a);
+                tree.occupants(q, q_end, &mut b);
+                assert_eq!(a, b, "case {case}: occupants of [{q}, {q_end})");
+                runs.occupy(lo, lo + size, who as u32, &mut a, &mut scratch);
+                tree.occupy(lo, lo + size, who as u32, &mut b, &mut scratch);
+                assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
+            }
+            grew += usize::from(matches!(runs, AddressMap::Tree(_)));
+        }
+        assert!(grew > 0, "no case passed RUNS_MAX ranges");
+        assert!(matches!(AddressMap::for_ranges([(0, 300), (5, 7)].into_iter(), 512), AddressMap::Runs(_)));
     }
 
     #[test]
