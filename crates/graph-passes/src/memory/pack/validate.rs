@@ -1,11 +1,11 @@
 //! Independent validator: does an offset assignment keep every pair of time-overlapping buffers apart in space?
 //!
 //! It shares nothing with the packer but the [`Buffer`] type (and the crate's counting sort of its events): a sweep
-//! over time (ends before starts at equal times, since lifetimes are half-open) keeps the live buffers in an
-//! ordered map keyed by offset. The live ranges are disjoint (the sweep stops at the first collision), so a new
-//! range `[offset, end)` meets one of them exactly when it meets the live range starting last below `end` (any
-//! range it meets starts below `end`, and of disjoint ranges the one starting later also ends later): one query
-//! per insertion, O(n log n) in all.
+//! over time (ends before starts at equal times, since lifetimes are half-open) keeps the live buffers by offset
+//! (a sorted list while they are few, then an ordered map). The live ranges are disjoint (the sweep stops at the
+//! first collision), so a new range `[offset, end)` meets one of them exactly when it meets the live range
+//! starting last below `end` (any range it meets starts below `end`, and of disjoint ranges the one starting
+//! later also ends later): one query per insertion, O(n log n) in all.
 //! Sizes are the buffers' own (unaligned) sizes: the check is about real bytes, not about padding.
 
 use std::collections::BTreeMap;
@@ -100,16 +100,16 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
 
     // Live byte ranges keyed by offset; ranges in the map never overlap (we stop at the first collision), so
     // distinct live buffers have distinct offsets.
-    let mut live: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut live = Live::List(Vec::new());
     for &e in &events {
         let (time, start, index) = ((e >> 64) as u64, (e >> 63) & 1 == 1, (e as u64 & (u64::MAX >> 1)) as usize);
         let offset = offsets[index];
         if !start {
-            live.remove(&offset);
+            live.remove(offset);
             continue;
         }
         let end = ends[index];
-        if let Some((&other_offset, &other)) = live.range(..end).next_back() {
+        if let Some((other_offset, other)) = live.last_below(end) {
             let other_end = ends[other];
             if offset < other_end {
                 return Err(PackViolation::Overlap {
@@ -126,6 +126,56 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
         live.insert(offset, index);
     }
     Ok(())
+}
+
+/// The live buffers by offset: a sorted list while they are few ([`LIST_MAX`]; a binary search and a short move
+/// per event), then an ordered map.
+enum Live {
+    List(Vec<(u64, usize)>),
+    Tree(BTreeMap<u64, usize>),
+}
+
+/// Live buffers up to which [`Live`] keeps a list.
+const LIST_MAX: usize = 256;
+
+impl Live {
+    fn remove(&mut self, offset: u64) {
+        match self {
+            Live::List(v) => {
+                if let Ok(k) = v.binary_search_by_key(&offset, |e| e.0) {
+                    v.remove(k);
+                }
+            }
+            Live::Tree(m) => {
+                m.remove(&offset);
+            }
+        }
+    }
+
+    /// The live buffer starting last below `end`, as `(offset, index)`.
+    fn last_below(&self, end: u64) -> Option<(u64, usize)> {
+        match self {
+            Live::List(v) => v[..v.partition_point(|e| e.0 < end)].last().copied(),
+            Live::Tree(m) => m.range(..end).next_back().map(|(&o, &i)| (o, i)),
+        }
+    }
+
+    fn insert(&mut self, offset: u64, index: usize) {
+        match self {
+            Live::List(v) => {
+                match v.binary_search_by_key(&offset, |e| e.0) {
+                    Ok(k) => v[k].1 = index,
+                    Err(k) => v.insert(k, (offset, index)),
+                }
+                if v.len() > LIST_MAX {
+                    *self = Live::Tree(v.iter().copied().collect());
+                }
+            }
+            Live::Tree(m) => {
+                m.insert(offset, index);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +237,52 @@ mod tests {
         assert!(matches!(f, PackViolation::Overlap { first: 1, second: 2, .. }), "{f:?}");
         assert_eq!(check(&near, &[0, 4, 8, 0]), Ok(()));
         assert_eq!(check(&far, &[0, 4, 8, 0]), Ok(()));
+    }
+
+    #[test]
+    fn many_live_buffers_are_checked_as_the_pairs_say() {
+        // Random instances, some with hundreds of buffers live at once (past the list into the map): a layout
+        // the pairwise definition accepts passes, and a reported overlap is a pair the definition refuses.
+        let mut rng = crate::test_rng::XorShift::new(3);
+        for case in 0..120 {
+            let n = 1 + rng.below(if case % 3 == 0 { 900 } else { 60 }) as usize;
+            let span = 1 + rng.below(if case % 3 == 0 { 4 } else { 40 });
+            let bufs: Vec<Buffer> = (0..n)
+                .map(|_| {
+                    let lower = rng.below(span);
+                    b(lower, lower + 1 + rng.below(span), rng.below(50))
+                })
+                .collect();
+            // Every third case side by side (valid however many are live), one of them then moved onto another.
+            let mut offsets: Vec<u64> = if case % 3 == 0 {
+                bufs.iter().scan(0, |at, x| Some(std::mem::replace(at, *at + x.size))).collect()
+            } else {
+                (0..n).map(|_| rng.below(40 * n as u64)).collect()
+            };
+            if case % 6 == 0 && n > 1 {
+                offsets[n - 1] = offsets[rng.below(n as u64 - 1) as usize];
+            }
+            let meets = |i: usize, j: usize| {
+                let (x, y) = (&bufs[i], &bufs[j]);
+                x.size > 0
+                    && y.size > 0
+                    && x.lower < y.upper
+                    && y.lower < x.upper
+                    && offsets[i] < offsets[j] + y.size
+                    && offsets[j] < offsets[i] + x.size
+            };
+            let any = (0..n).any(|i| (0..i).any(|j| meets(i, j)));
+            if case % 6 == 3 {
+                assert!(!any, "case {case}: side by side, yet a pair meets");
+            }
+            match check(&bufs, &offsets) {
+                Ok(()) => assert!(!any, "case {case}: an overlap passed"),
+                Err(PackViolation::Overlap { first, second, .. }) => {
+                    assert!(meets(first, second), "case {case}: {first} and {second} do not overlap")
+                }
+                Err(e) => panic!("case {case}: {e}"),
+            }
+        }
     }
 
     #[test]
