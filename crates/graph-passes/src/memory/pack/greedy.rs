@@ -219,16 +219,14 @@ fn overlap_work(inst: &Instance) -> Vec<u64> {
 /// the space above the heap's top is one unbounded block. Offsets are relative to 0, which is each component's
 /// base: components never overlap in time, so one replay serves them all.
 fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
-    use std::collections::{BTreeMap, BTreeSet};
     let starts = ordering(inst, Order::Start);
     // By end, then index (`free` is ascending and the counting sort stable).
     let mut ends: Vec<u32> = inst.free.clone();
     if !crate::counting::sort_small(&mut ends, |&i| u64::from(inst.end[i as usize])) {
         ends.sort_unstable_by_key(|&i| (inst.end[i as usize], i));
     }
-    // Free blocks below the top, by offset (-> size) and by (size, offset); everything from `top` up is free.
-    let mut by_off: BTreeMap<u64, u64> = BTreeMap::new();
-    let mut by_size: BTreeSet<(u64, u64)> = BTreeSet::new();
+    // Free blocks below the top; everything from `top` up is free.
+    let mut blocks = FreeBlocks::Lists { by_off: Vec::new(), by_size: Vec::new() };
     let mut top = 0u64;
     let mut e = 0usize;
     for b in starts {
@@ -242,32 +240,27 @@ fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
             e += 1;
             // Sizes and offsets were checked when placed: offset + size <= top fits in u64.
             let (mut lo, mut hi) = (offsets[j], offsets[j] + inst.size[j]);
-            if let Some((&plo, &psize)) = by_off.range(..lo).next_back() {
+            if let Some((plo, psize)) = blocks.last_below(lo) {
                 if plo + psize == lo {
-                    by_off.remove(&plo);
-                    by_size.remove(&(psize, plo));
+                    blocks.remove(plo, psize);
                     lo = plo;
                 }
             }
-            if let Some(&nsize) = by_off.get(&hi) {
-                by_off.remove(&hi);
-                by_size.remove(&(nsize, hi));
+            if let Some(nsize) = blocks.size_at(hi) {
+                blocks.remove(hi, nsize);
                 hi += nsize;
             }
             if hi == top {
                 top = lo;
             } else {
-                by_off.insert(lo, hi - lo);
-                by_size.insert((hi - lo, lo));
+                blocks.insert(lo, hi - lo);
             }
         }
         let need = inst.size[i];
-        if let Some(&(bsize, off)) = by_size.range((need, 0)..).next() {
-            by_size.remove(&(bsize, off));
-            by_off.remove(&off);
+        if let Some((bsize, off)) = blocks.best_fit(need) {
+            blocks.remove(off, bsize);
             if bsize > need {
-                by_off.insert(off + need, bsize - need);
-                by_size.insert((bsize - need, off + need));
+                blocks.insert(off + need, bsize - need);
             }
             offsets[i] = off;
         } else {
@@ -276,6 +269,81 @@ fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
         }
     }
     Ok(())
+}
+
+/// The free blocks of [`online`], by offset and by (size, offset): two sorted lists while they are few
+/// ([`FREE_LIST_MAX`]; a binary search and a short move per update), then two ordered trees.
+enum FreeBlocks {
+    Lists { by_off: Vec<(u64, u64)>, by_size: Vec<(u64, u64)> },
+    Trees { by_off: std::collections::BTreeMap<u64, u64>, by_size: std::collections::BTreeSet<(u64, u64)> },
+}
+
+/// Free blocks up to which [`FreeBlocks`] keeps lists.
+const FREE_LIST_MAX: usize = 256;
+
+impl FreeBlocks {
+    /// The block starting last below `offset`, as `(offset, size)`.
+    fn last_below(&self, offset: u64) -> Option<(u64, u64)> {
+        match self {
+            FreeBlocks::Lists { by_off, .. } => by_off[..by_off.partition_point(|b| b.0 < offset)].last().copied(),
+            FreeBlocks::Trees { by_off, .. } => by_off.range(..offset).next_back().map(|(&o, &s)| (o, s)),
+        }
+    }
+
+    /// The size of the block starting at `offset`.
+    fn size_at(&self, offset: u64) -> Option<u64> {
+        match self {
+            FreeBlocks::Lists { by_off, .. } => by_off.binary_search_by_key(&offset, |b| b.0).ok().map(|k| by_off[k].1),
+            FreeBlocks::Trees { by_off, .. } => by_off.get(&offset).copied(),
+        }
+    }
+
+    /// The smallest block of at least `need` bytes (the lowest such offset among equals), as `(size, offset)`.
+    fn best_fit(&self, need: u64) -> Option<(u64, u64)> {
+        match self {
+            FreeBlocks::Lists { by_size, .. } => by_size.get(by_size.partition_point(|&b| b < (need, 0))).copied(),
+            FreeBlocks::Trees { by_size, .. } => by_size.range((need, 0)..).next().copied(),
+        }
+    }
+
+    fn remove(&mut self, offset: u64, size: u64) {
+        match self {
+            FreeBlocks::Lists { by_off, by_size } => {
+                if let Ok(k) = by_off.binary_search(&(offset, size)) {
+                    by_off.remove(k);
+                }
+                if let Ok(k) = by_size.binary_search(&(size, offset)) {
+                    by_size.remove(k);
+                }
+            }
+            FreeBlocks::Trees { by_off, by_size } => {
+                by_off.remove(&offset);
+                by_size.remove(&(size, offset));
+            }
+        }
+    }
+
+    /// Add a block (its offset free of blocks).
+    fn insert(&mut self, offset: u64, size: u64) {
+        match self {
+            FreeBlocks::Lists { by_off, by_size } => {
+                let k = by_off.partition_point(|b| b.0 < offset);
+                by_off.insert(k, (offset, size));
+                let k = by_size.partition_point(|&b| b < (size, offset));
+                by_size.insert(k, (size, offset));
+                if by_off.len() > FREE_LIST_MAX {
+                    *self = FreeBlocks::Trees {
+                        by_off: by_off.iter().copied().collect(),
+                        by_size: by_size.iter().copied().collect(),
+                    };
+                }
+            }
+            FreeBlocks::Trees { by_off, by_size } => {
+                by_off.insert(offset, size);
+                by_size.insert((size, offset));
+            }
+        }
+    }
 }
 
 /// The placement order of `order` over the free (not pinned) buffers, deterministic (ties by size, then index).
@@ -734,6 +802,46 @@ impl BitTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_block_lists_answer_as_the_trees_do() {
+        // Random disjoint blocks taken and given back: every query of the lists (through their change to trees
+        // past FREE_LIST_MAX blocks) gives the trees' answer.
+        let mut rng = crate::test_rng::XorShift::new(7);
+        let mut grew = false;
+        for case in 0..40 {
+            let mut lists = FreeBlocks::Lists { by_off: Vec::new(), by_size: Vec::new() };
+            let mut trees = FreeBlocks::Trees { by_off: Default::default(), by_size: Default::default() };
+            // Blocks on a grid of 16-byte cells so that they stay disjoint: cell k holds [16k, 16k + size).
+            let mut held: Vec<Option<u64>> = vec![None; if case % 4 == 0 { 700 } else { 60 }];
+            for step in 0..3000 {
+                let k = rng.below(held.len() as u64) as usize;
+                let off = 16 * k as u64;
+                match held[k] {
+                    Some(size) => {
+                        lists.remove(off, size);
+                        trees.remove(off, size);
+                        held[k] = None;
+                    }
+                    None => {
+                        let size = 1 + rng.below(16);
+                        lists.insert(off, size);
+                        trees.insert(off, size);
+                        held[k] = Some(size);
+                    }
+                }
+                let cells = held.len() as u64 + 1;
+                let q = if step % 2 == 0 { 16 * rng.below(cells) } else { rng.below(16 * cells) };
+                let need = 1 + rng.below(17);
+                let at = format!("case {case}, step {step}");
+                assert_eq!(lists.last_below(q), trees.last_below(q), "{at}: last below {q}");
+                assert_eq!(lists.size_at(q), trees.size_at(q), "{at}: size at {q}");
+                assert_eq!(lists.best_fit(need), trees.best_fit(need), "{at}: best fit of {need}");
+            }
+            grew |= matches!(lists, FreeBlocks::Trees { .. });
+        }
+        assert!(grew, "no case passed FREE_LIST_MAX blocks");
+    }
 
     #[test]
     fn bit_tree_finds_next_members() {
