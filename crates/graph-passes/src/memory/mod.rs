@@ -20,6 +20,10 @@
 //!    not imply move, when they can, to a gap of the packed pool that adds none.
 //! 6. `reuse::edges`: the reuse edges the stream pass must honour, and how many the data edges do not imply.
 //!
+//! Steps 1-3 are also a value of their own, [`Prepared`] ([`prepare`]): the driver's Concat check reads the bound
+//! from it, and the memory pass of the plan it keeps goes on from it ([`analyse_prepared`]) rather than derive
+//! it again.
+//!
 //! `lower_bound_bytes` is the sweep bound of the buffers as packed (in-place donors end at their handover), so
 //! `lower_bound_bytes <= pool_bytes <= naive_bytes`. Cost: O(N + E) for the model and lifetimes, O(n log n) for
 //! the sweeps, the packer's near-linear greedy plus its bounded search; the ordering preference adds
