@@ -318,7 +318,9 @@ pub fn prepare(
     Ok(Prepared { classes, outside, reach, ordered, model, live, handovers, units, groups: fusion.groups.len() })
 }
 
-/// The memory pass's lower bound for `fusion` (`MemoryPlan::lower_bound_bytes`) without packing anything.
+/// The pool's lower bound (DESIGN.md 5) of `fusion` in group order, exactly [`analyse`]'s `lower_bound_bytes`,
+/// without packing: for a caller comparing fusion plans by their memory bound (the driver's Concat elimination
+/// check, which keeps the [`Prepared`] front instead, to plan memory from it for the plan it keeps).
 pub fn lower_bound(
     graph: &ComputeGraph,
     fusion: &FusionPlan,
@@ -362,7 +364,8 @@ impl Prepared {
         let mut window: std::collections::HashMap<graph_ir::NodeId, (u64, u64)> = std::collections::HashMap::new();
         for (t, slot) in &fusion.concat_slots {
             let Some(g) = graph.producer(t).and_then(|p| fusion.group_of.get(p)) else {
-                // A slot without a producing group is not a case this check understands: ask for the full comparison.
+                // A slot without a producing group is not a case this check understands: ask for the full
+                // comparison.
                 return (bound, true);
             };
             let s = g.index() as u64;

@@ -28,13 +28,19 @@ use crate::landmarks::{Labels, LANDMARKS};
 /// Bounded ancestor queries over a [`GroupGraph`].
 pub(crate) struct Reach<'a> {
     dag: &'a GroupGraph,
+    /// Everything but the DAG: what [`Reach::detach`] keeps.
+    s: Detached,
+}
+
+/// A [`Reach`] without its DAG ([`Reach::detach`]): every answer and budget so far, kept as they are.
+pub(crate) struct Detached {
     mark: Vec<u32>,
     stamp: u32,
     stack: Vec<GroupId>,
     /// Most groups one query may visit.
-    pub limit: usize,
+    limit: usize,
     /// Queries that ran out of budget (answered `false`).
-    pub exhausted: usize,
+    exhausted: usize,
     /// Visits left to all queries together: linear in the DAG's size, so that a graph with millions of
     /// candidate checks stays near-linear (later queries then see only direct edges).
     total_left: u64,
@@ -46,21 +52,6 @@ pub(crate) struct Reach<'a> {
     /// The landmark labels, once computed (DAGs too large for the closure).
     labels: Option<Labels>,
     /// Whether queries without the closure may use labels (off to test the plain bounded search).
-    use_labels: bool,
-}
-
-/// A [`Reach`] without its DAG ([`Reach::detach`]): every answer and budget so far, kept as they are.
-pub(crate) struct Detached {
-    mark: Vec<u32>,
-    stamp: u32,
-    stack: Vec<GroupId>,
-    limit: usize,
-    exhausted: usize,
-    total_left: u64,
-    closure: Option<Vec<u64>>,
-    words: usize,
-    use_closure: bool,
-    labels: Option<Labels>,
     use_labels: bool,
 }
 
@@ -88,86 +79,52 @@ impl<'a> Reach<'a> {
         let words = dag.len().div_ceil(64);
         Reach {
             dag,
-            mark: vec![0; dag.len()],
-            stamp: 0,
-            stack: Vec::new(),
-            limit,
-            exhausted: 0,
-            total_left,
-            closure: None,
-            words,
-            use_closure: dag.len() <= CLOSURE_MAX_GROUPS,
-            labels: None,
-            use_labels: true,
+            s: Detached {
+                mark: vec![0; dag.len()],
+                stamp: 0,
+                stack: Vec::new(),
+                limit,
+                exhausted: 0,
+                total_left,
+                closure: None,
+                words,
+                use_closure: dag.len() <= CLOSURE_MAX_GROUPS,
+                labels: None,
+                use_labels: true,
+            },
         }
     }
 
     /// The queries' state without the borrow of the DAG, to be resumed over the same DAG ([`Reach::attach`]):
     /// what the memory pass's front ([`super::Prepared`]) keeps between the caller's two uses of it.
     pub fn detach(self) -> Detached {
-        let Reach {
-            dag: _,
-            mark,
-            stamp,
-            stack,
-            limit,
-            exhausted,
-            total_left,
-            closure,
-            words,
-            use_closure,
-            labels,
-            use_labels,
-        } = self;
-        Detached { mark, stamp, stack, limit, exhausted, total_left, closure, words, use_closure, labels, use_labels }
+        self.s
     }
 
     /// Resume `state` over `dag`, which must be the DAG it was detached from (`None` when its size differs).
     pub fn attach(dag: &'a GroupGraph, state: Detached) -> Option<Reach<'a>> {
-        let Detached {
-            mark,
-            stamp,
-            stack,
-            limit,
-            exhausted,
-            total_left,
-            closure,
-            words,
-            use_closure,
-            labels,
-            use_labels,
-        } = state;
-        (mark.len() == dag.len()).then_some(Reach {
-            dag,
-            mark,
-            stamp,
-            stack,
-            limit,
-            exhausted,
-            total_left,
-            closure,
-            words,
-            use_closure,
-            labels,
-            use_labels,
-        })
+        (state.mark.len() == dag.len()).then_some(Reach { dag, s: state })
     }
 
     /// As [`Reach::new`], but always with the bounded search (no closure, no labels), for tests of the budget.
     #[cfg(test)]
     fn searching(dag: &'a GroupGraph, limit: usize) -> Reach<'a> {
-        Reach { use_closure: false, use_labels: false, ..Reach::new(dag, limit) }
+        let mut r = Reach::new(dag, limit);
+        (r.s.use_closure, r.s.use_labels) = (false, false);
+        r
     }
 
     /// As [`Reach::new`] on a DAG too large for the closure, with `landmarks` landmarks, for tests.
     #[cfg(test)]
     fn labelled(dag: &'a GroupGraph, limit: usize, landmarks: usize) -> Reach<'a> {
-        Reach { use_closure: false, labels: Some(labels(dag, landmarks)), ..Reach::new(dag, limit) }
+        let mut r = Reach::new(dag, limit);
+        (r.s.use_closure, r.s.labels) = (false, Some(labels(dag, landmarks)));
+        r
     }
 
     /// The ancestor rows of every group, in group order (a group's ancestors come before it).
     fn build_closure(&self) -> Vec<u64> {
-        let w = self.words;
+        let w = self.s.words;
         let mut rows = vec![0u64; self.dag.len() * w];
         for b in 0..self.dag.len() {
             let (done, rest) = rows.split_at_mut(b * w);
@@ -200,16 +157,16 @@ impl<'a> Reach<'a> {
         if self.dag.preds(b).binary_search(&a).is_ok() {
             return true;
         }
-        if self.closure.is_none() && self.use_closure {
-            self.closure = Some(self.build_closure());
+        if self.s.closure.is_none() && self.s.use_closure {
+            self.s.closure = Some(self.build_closure());
         }
-        if let Some(rows) = &self.closure {
-            return rows[bi * self.words + ai / 64] >> (ai % 64) & 1 == 1;
+        if let Some(rows) = &self.s.closure {
+            return rows[bi * self.s.words + ai / 64] >> (ai % 64) & 1 == 1;
         }
-        if self.labels.is_none() && self.use_labels {
-            self.labels = Some(labels(self.dag, LANDMARKS));
+        if self.s.labels.is_none() && self.s.use_labels {
+            self.s.labels = Some(labels(self.dag, LANDMARKS));
         }
-        if let Some(l) = &self.labels {
+        if let Some(l) = &self.s.labels {
             if l.proves_path(ai, bi) {
                 return true;
             }
@@ -217,29 +174,29 @@ impl<'a> Reach<'a> {
                 return false;
             }
         }
-        if self.total_left == 0 {
-            self.exhausted += 1;
+        if self.s.total_left == 0 {
+            self.s.exhausted += 1;
             return false;
         }
-        self.stamp = self.stamp.wrapping_add(1);
-        if self.stamp == 0 {
-            self.mark.iter_mut().for_each(|m| *m = 0);
-            self.stamp = 1;
+        self.s.stamp = self.s.stamp.wrapping_add(1);
+        if self.s.stamp == 0 {
+            self.s.mark.iter_mut().for_each(|m| *m = 0);
+            self.s.stamp = 1;
         }
         let da = self.dag.depth(a);
-        self.stack.clear();
-        self.stack.push(b);
+        self.s.stack.clear();
+        self.s.stack.push(b);
         let mut visits = 0usize;
-        while let Some(x) = self.stack.pop() {
+        while let Some(x) = self.s.stack.pop() {
             for &p in self.dag.preds(x) {
                 if p == a {
                     return true;
                 }
                 let pi = p.index();
-                if p < a || self.dag.depth(p) <= da || self.mark[pi] == self.stamp {
+                if p < a || self.dag.depth(p) <= da || self.s.mark[pi] == self.s.stamp {
                     continue;
                 }
-                if let Some(l) = &self.labels {
+                if let Some(l) = &self.s.labels {
                     if l.proves_path(ai, pi) {
                         return true;
                     }
@@ -248,14 +205,14 @@ impl<'a> Reach<'a> {
                         continue;
                     }
                 }
-                self.mark[pi] = self.stamp;
+                self.s.mark[pi] = self.s.stamp;
                 visits += 1;
-                self.total_left = self.total_left.saturating_sub(1);
-                if visits > self.limit || self.total_left == 0 {
-                    self.exhausted += 1;
+                self.s.total_left = self.s.total_left.saturating_sub(1);
+                if visits > self.s.limit || self.s.total_left == 0 {
+                    self.s.exhausted += 1;
                     return false;
                 }
-                self.stack.push(p);
+                self.s.stack.push(p);
             }
         }
         false
@@ -281,7 +238,7 @@ mod tests {
         assert!(!r.ordered(g(3), g(0)));
         assert!(!r.ordered(g(4), g(3)));
         assert!(!r.ordered(g(0), g(4)));
-        assert_eq!(r.exhausted, 0);
+        assert_eq!(r.s.exhausted, 0);
     }
 
     #[test]
@@ -291,13 +248,13 @@ mod tests {
         let dag = GroupGraph::from_preds(preds);
         let mut r = Reach::searching(&dag, 3);
         assert!(!r.ordered(GroupId(0), GroupId(9)));
-        assert_eq!(r.exhausted, 1);
+        assert_eq!(r.s.exhausted, 1);
         let mut r = Reach::searching(&dag, 8);
         assert!(r.ordered(GroupId(0), GroupId(9)));
         // The closure knows without a budget.
         let mut r = Reach::new(&dag, 3);
         assert!(r.ordered(GroupId(0), GroupId(9)));
-        assert_eq!(r.exhausted, 0);
+        assert_eq!(r.s.exhausted, 0);
     }
 
     #[test]
@@ -318,7 +275,7 @@ mod tests {
                     assert_eq!(closure.ordered(a, b), search.ordered(a, b), "{a:?} -> {b:?} of {n}");
                 }
             }
-            assert_eq!(search.exhausted, 0);
+            assert_eq!(search.s.exhausted, 0);
         }
     }
 
@@ -358,14 +315,14 @@ mod tests {
                     let (a, b) = (GroupId(a), GroupId(b));
                     let exact = closure.ordered(a, b);
                     assert_eq!(labelled.ordered(a, b), exact, "round {round}: {a:?} -> {b:?} of {n}");
-                    let gave_up = tight.exhausted;
+                    let gave_up = tight.s.exhausted;
                     let t = tight.ordered(a, b);
                     assert!(!t || exact, "round {round}: {a:?} -> {b:?} is no path");
-                    assert!(t || !exact || tight.exhausted > gave_up, "round {round}: {a:?} -> {b:?} missed");
+                    assert!(t || !exact || tight.s.exhausted > gave_up, "round {round}: {a:?} -> {b:?} missed");
                     assert!(!plain.ordered(a, b) || t, "round {round}: {a:?} -> {b:?} lost a path");
                 }
             }
-            assert_eq!(labelled.exhausted, 0);
+            assert_eq!(labelled.s.exhausted, 0);
         }
     }
 }
