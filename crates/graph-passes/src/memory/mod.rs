@@ -419,9 +419,11 @@ pub fn analyse(
     target: &Target,
     opts: &MemoryOptions,
 ) -> Result<MemoryPlan, PlanError> {
-    let _span = tracing::debug_span!("memory").entered();
-    let prepared = prepare(graph, fusion, groups, target, opts)?;
-    planned(graph, fusion, groups, target, opts, prepared)
+    let prepared = {
+        let _span = tracing::debug_span!("memory").entered();
+        prepare(graph, fusion, groups, target, opts)?
+    };
+    analyse_prepared(graph, fusion, groups, target, opts, prepared)
 }
 
 /// [`analyse`] from its steps 1-3 made already ([`prepare`], with the same `fusion`, `groups`, `target` and
@@ -435,18 +437,6 @@ pub fn analyse_prepared(
     prepared: Prepared,
 ) -> Result<MemoryPlan, PlanError> {
     let _span = tracing::debug_span!("memory").entered();
-    planned(graph, fusion, groups, target, opts, prepared)
-}
-
-/// Steps 4-6 of the pass from its front.
-fn planned(
-    graph: &ComputeGraph,
-    fusion: &FusionPlan,
-    groups: &GroupGraph,
-    target: &Target,
-    opts: &MemoryOptions,
-    prepared: Prepared,
-) -> Result<MemoryPlan, PlanError> {
     let a = opts.alignment.max(1);
     let Prepared { classes, outside, reach, ordered, model, live, handovers, mut units, groups: made_for } = prepared;
     let mut reach = match Reach::attach(groups, reach) {
