@@ -23,6 +23,7 @@ mod landmarks;
 pub mod memory;
 pub mod order;
 pub mod precision;
+mod sorted_map;
 pub mod stream;
 pub mod target;
 #[cfg(test)]

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::instance::Instance;
 use super::occupancy::Occupancy;
 use super::PackError;
+use crate::sorted_map::SortedMap;
 
 /// The order in which a greedy run places buffers. Ties break by size (larger first), then input order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -226,7 +227,7 @@ fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
         ends.sort_unstable_by_key(|&i| (inst.end[i as usize], i));
     }
     // Free blocks below the top; everything from `top` up is free.
-    let mut blocks = FreeBlocks::Lists { by_off: Vec::new(), by_size: Vec::new() };
+    let mut blocks = FreeBlocks::default();
     let mut top = 0u64;
     let mut e = 0usize;
     for b in starts {
@@ -271,78 +272,44 @@ fn online(inst: &Instance, offsets: &mut [u64]) -> Result<(), PackError> {
     Ok(())
 }
 
-/// The free blocks of [`online`], by offset and by (size, offset): two sorted lists while they are few
-/// ([`FREE_LIST_MAX`]; a binary search and a short move per update), then two ordered trees.
-enum FreeBlocks {
-    Lists { by_off: Vec<(u64, u64)>, by_size: Vec<(u64, u64)> },
-    Trees { by_off: std::collections::BTreeMap<u64, u64>, by_size: std::collections::BTreeSet<(u64, u64)> },
+/// The free blocks of [`online`], by offset (-> size) and by (size, offset), each a [`SortedMap`] (a sorted list
+/// while the blocks are few).
+struct FreeBlocks {
+    by_off: SortedMap<u64, u64>,
+    by_size: SortedMap<(u64, u64), ()>,
 }
 
-/// Free blocks up to which [`FreeBlocks`] keeps lists.
-const FREE_LIST_MAX: usize = 256;
+impl Default for FreeBlocks {
+    fn default() -> Self {
+        FreeBlocks { by_off: SortedMap::new(), by_size: SortedMap::new() }
+    }
+}
 
 impl FreeBlocks {
     /// The block starting last below `offset`, as `(offset, size)`.
     fn last_below(&self, offset: u64) -> Option<(u64, u64)> {
-        match self {
-            FreeBlocks::Lists { by_off, .. } => by_off[..by_off.partition_point(|b| b.0 < offset)].last().copied(),
-            FreeBlocks::Trees { by_off, .. } => by_off.range(..offset).next_back().map(|(&o, &s)| (o, s)),
-        }
+        self.by_off.last_below(offset)
     }
 
     /// The size of the block starting at `offset`.
     fn size_at(&self, offset: u64) -> Option<u64> {
-        match self {
-            FreeBlocks::Lists { by_off, .. } => by_off.binary_search_by_key(&offset, |b| b.0).ok().map(|k| by_off[k].1),
-            FreeBlocks::Trees { by_off, .. } => by_off.get(&offset).copied(),
-        }
+        self.by_off.get(offset)
     }
 
     /// The smallest block of at least `need` bytes (the lowest such offset among equals), as `(size, offset)`.
     fn best_fit(&self, need: u64) -> Option<(u64, u64)> {
-        match self {
-            FreeBlocks::Lists { by_size, .. } => by_size.get(by_size.partition_point(|&b| b < (need, 0))).copied(),
-            FreeBlocks::Trees { by_size, .. } => by_size.range((need, 0)..).next().copied(),
-        }
+        self.by_size.first_from((need, 0)).map(|(k, ())| k)
     }
 
     fn remove(&mut self, offset: u64, size: u64) {
-        match self {
-            FreeBlocks::Lists { by_off, by_size } => {
-                if let Ok(k) = by_off.binary_search(&(offset, size)) {
-                    by_off.remove(k);
-                }
-                if let Ok(k) = by_size.binary_search(&(size, offset)) {
-                    by_size.remove(k);
-                }
-            }
-            FreeBlocks::Trees { by_off, by_size } => {
-                by_off.remove(&offset);
-                by_size.remove(&(size, offset));
-            }
-        }
+        self.by_off.remove(offset);
+        self.by_size.remove((size, offset));
     }
 
     /// Add a block (its offset free of blocks).
     fn insert(&mut self, offset: u64, size: u64) {
-        match self {
-            FreeBlocks::Lists { by_off, by_size } => {
-                let k = by_off.partition_point(|b| b.0 < offset);
-                by_off.insert(k, (offset, size));
-                let k = by_size.partition_point(|&b| b < (size, offset));
-                by_size.insert(k, (size, offset));
-                if by_off.len() > FREE_LIST_MAX {
-                    *self = FreeBlocks::Trees {
-                        by_off: by_off.iter().copied().collect(),
-                        by_size: by_size.iter().copied().collect(),
-                    };
-                }
-            }
-            FreeBlocks::Trees { by_off, by_size } => {
-                by_off.insert(offset, size);
-                by_size.insert((size, offset));
-            }
-        }
+        self.by_off.insert(offset, size);
+        self.by_size.insert((size, offset), ());
     }
 }
 
@@ -804,14 +771,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_block_lists_answer_as_the_trees_do() {
-        // Random disjoint blocks taken and given back: every query of the lists (through their change to trees
-        // past FREE_LIST_MAX blocks) gives the trees' answer.
+    fn free_blocks_answer_as_two_trees_do() {
+        // Random disjoint blocks taken and given back: every query of the free blocks (their maps growing past a
+        // sorted list's size in some cases) gives the answer of a BTreeMap by offset and a BTreeSet by size.
+        use std::collections::{BTreeMap, BTreeSet};
         let mut rng = crate::test_rng::XorShift::new(7);
-        let mut grew = false;
         for case in 0..40 {
-            let mut lists = FreeBlocks::Lists { by_off: Vec::new(), by_size: Vec::new() };
-            let mut trees = FreeBlocks::Trees { by_off: Default::default(), by_size: Default::default() };
+            let mut blocks = FreeBlocks::default();
+            let (mut by_off, mut by_size) = (BTreeMap::new(), BTreeSet::new());
             // Blocks on a grid of 16-byte cells so that they stay disjoint: cell k holds [16k, 16k + size).
             let mut held: Vec<Option<u64>> = vec![None; if case % 4 == 0 { 700 } else { 60 }];
             for step in 0..3000 {
@@ -819,14 +786,16 @@ mod tests {
                 let off = 16 * k as u64;
                 match held[k] {
                     Some(size) => {
-                        lists.remove(off, size);
-                        trees.remove(off, size);
+                        blocks.remove(off, size);
+                        by_off.remove(&off);
+                        by_size.remove(&(size, off));
                         held[k] = None;
                     }
                     None => {
                         let size = 1 + rng.below(16);
-                        lists.insert(off, size);
-                        trees.insert(off, size);
+                        blocks.insert(off, size);
+                        by_off.insert(off, size);
+                        by_size.insert((size, off));
                         held[k] = Some(size);
                     }
                 }
@@ -834,13 +803,12 @@ mod tests {
                 let q = if step % 2 == 0 { 16 * rng.below(cells) } else { rng.below(16 * cells) };
                 let need = 1 + rng.below(17);
                 let at = format!("case {case}, step {step}");
-                assert_eq!(lists.last_below(q), trees.last_below(q), "{at}: last below {q}");
-                assert_eq!(lists.size_at(q), trees.size_at(q), "{at}: size at {q}");
-                assert_eq!(lists.best_fit(need), trees.best_fit(need), "{at}: best fit of {need}");
+                let below = by_off.range(..q).next_back().map(|(&o, &s)| (o, s));
+                assert_eq!(blocks.last_below(q), below, "{at}: last below {q}");
+                assert_eq!(blocks.size_at(q), by_off.get(&q).copied(), "{at}: size at {q}");
+                assert_eq!(blocks.best_fit(need), by_size.range((need, 0)..).next().copied(), "{at}: fit {need}");
             }
-            grew |= matches!(lists, FreeBlocks::Trees { .. });
         }
-        assert!(grew, "no case passed FREE_LIST_MAX blocks");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! later also ends later): one query per insertion, O(n log n) in all.
 //! Sizes are the buffers' own (unaligned) sizes: the check is about real bytes, not about padding.
 
-use std::collections::BTreeMap;
+use crate::sorted_map::SortedMap;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -100,7 +100,7 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
 
     // Live byte ranges keyed by offset; ranges in the map never overlap (we stop at the first collision), so
     // distinct live buffers have distinct offsets.
-    let mut live = Live::List(Vec::new());
+    let mut live: SortedMap<u64, usize> = SortedMap::new();
     for &e in &events {
         let (time, start, index) = ((e >> 64) as u64, (e >> 63) & 1 == 1, (e as u64 & (u64::MAX >> 1)) as usize);
         let offset = offsets[index];
@@ -126,56 +126,6 @@ pub fn check(buffers: &[Buffer], offsets: &[u64]) -> Result<(), PackViolation> {
         live.insert(offset, index);
     }
     Ok(())
-}
-
-/// The live buffers by offset: a sorted list while they are few ([`LIST_MAX`]; a binary search and a short move
-/// per event), then an ordered map.
-enum Live {
-    List(Vec<(u64, usize)>),
-    Tree(BTreeMap<u64, usize>),
-}
-
-/// Live buffers up to which [`Live`] keeps a list.
-const LIST_MAX: usize = 256;
-
-impl Live {
-    fn remove(&mut self, offset: u64) {
-        match self {
-            Live::List(v) => {
-                if let Ok(k) = v.binary_search_by_key(&offset, |e| e.0) {
-                    v.remove(k);
-                }
-            }
-            Live::Tree(m) => {
-                m.remove(&offset);
-            }
-        }
-    }
-
-    /// The live buffer starting last below `end`, as `(offset, index)`.
-    fn last_below(&self, end: u64) -> Option<(u64, usize)> {
-        match self {
-            Live::List(v) => v[..v.partition_point(|e| e.0 < end)].last().copied(),
-            Live::Tree(m) => m.range(..end).next_back().map(|(&o, &i)| (o, i)),
-        }
-    }
-
-    fn insert(&mut self, offset: u64, index: usize) {
-        match self {
-            Live::List(v) => {
-                match v.binary_search_by_key(&offset, |e| e.0) {
-                    Ok(k) => v[k].1 = index,
-                    Err(k) => v.insert(k, (offset, index)),
-                }
-                if v.len() > LIST_MAX {
-                    *self = Live::Tree(v.iter().copied().collect());
-                }
-            }
-            Live::Tree(m) => {
-                m.insert(offset, index);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
