@@ -308,22 +308,6 @@ fn every_reason_has_a_code() {
     );
 }
 
-/// `x [n,c,h,w]` -> two 1x1 conv+relu branches of `ca` and `cb` channels -> Concat(axis 1) -> Neg -> output.
-fn concat_of_convs(n: usize, ca: usize, cb: usize, hw: usize) -> ComputeGraph {
-    let mut g = ComputeGraph::new("cat2");
-    let x = g.add_input("x", F, [n, 4, hw, hw]).unwrap();
-    let mut outs = Vec::new();
-    for (name, c) in [("a", ca), ("b", cb)] {
-        let w = g.add_weight(&format!("{name}.w"), F, [c, 4, 1, 1]).unwrap();
-        let conv = n1(&mut g, &format!("{name}.conv"), Op::Conv(ConvAttrs::default()), &[x, w]);
-        outs.push(n1(&mut g, &format!("{name}.relu"), Op::Relu, &[conv]));
-    }
-    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
-    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
-    g.mark_output(y).unwrap();
-    g
-}
-
 /// The `concat` decision on Concat `cat`, if any.
 fn concat_verdict<'p>(
     p: &'p graph_passes::fusion::FusionPlan,

@@ -8,6 +8,8 @@ use graph_ir::{synth, ComputeGraph, DType, Op};
 use graph_plan::{verify, ExecutionPlan, OrderStrategy, PlanOptions, TensorMap};
 use proptest::prelude::*;
 
+mod fusion_util;
+
 const F: DType = DType::F32;
 
 fn n1(g: &mut ComputeGraph, name: &str, op: Op, ins: &[graph_ir::TensorId]) -> graph_ir::TensorId {
@@ -201,32 +203,21 @@ proptest! {
     }
 
     /// `memory::lower_bound` (the driver's Concat-elimination check, no packing) is the bound the memory pass
-    /// reports, on random DAGs (their Concats eliminated or not) and the inception family, any stream count.
+    /// reports, and the pipeline plans memory from the front its Concat check made (`memory::Prepared`): the plan
+    /// it gets is the one the memory pass makes from scratch, and a front's bound and Concat check are those of
+    /// the free functions; on random DAGs and the inception family (Concats eliminated or not), any stream count.
     #[test]
-    fn the_bound_without_packing_is_the_memory_pass_bound(n in 3usize..120, fan_in in 1usize..4, seed in 0u64..10_000,
-                                                           streams in 1usize..4, concat in any::<bool>()) {
-        for g in [synth::random_dag(n, fan_in, seed).unwrap(), synth::inception_like(1 + n % 3, 2 + n % 3).unwrap()] {
-            let mut o = opts(streams, true);
-            o.fusion.caps.concat_elimination = concat;
-            let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
-            let (fusion, groups, memory) = (r.fusion.unwrap(), r.groups.unwrap(), r.memory.unwrap());
-            let bound = graph_passes::memory::lower_bound(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
-            prop_assert_eq!(bound, memory.lower_bound_bytes);
-        }
-    }
-
-    /// The pipeline plans memory from the front its Concat check made (`memory::Prepared`): the plan it gets is
-    /// the one the memory pass makes from scratch, and a front's bound and Concat check are those of the free
-    /// functions, on random DAGs and the inception family (Concats eliminated or not), any stream count.
-    #[test]
-    fn memory_from_the_checks_front_is_the_memory_pass(n in 3usize..120, fan_in in 1usize..4, seed in 0u64..10_000,
-                                                      streams in 1usize..4, concat in any::<bool>()) {
+    fn the_bound_and_the_checks_front_are_the_memory_pass(n in 3usize..120, fan_in in 1usize..4,
+                                                         seed in 0u64..10_000, streams in 1usize..4,
+                                                         concat in any::<bool>()) {
         use graph_passes::memory;
         for g in [synth::random_dag(n, fan_in, seed).unwrap(), synth::inception_like(1 + n % 3, 2 + n % 3).unwrap()] {
             let mut o = opts(streams, true);
             o.fusion.caps.concat_elimination = concat;
             let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();
             let (fusion, groups, planned) = (r.fusion.unwrap(), r.groups.unwrap(), r.memory.unwrap());
+            let bound = memory::lower_bound(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
+            prop_assert_eq!(bound, planned.lower_bound_bytes);
             let fresh = memory::analyse(&g, &fusion, &groups, &r.target, &o.memory).unwrap();
             let json = |m: &memory::MemoryPlan| serde_json::to_string(m).unwrap();
             prop_assert_eq!(json(&planned), json(&fresh));
@@ -279,18 +270,7 @@ fn a_front_for_another_fusion_plan_is_refused() {
 #[test]
 fn a_kept_concat_elimination_plans_memory_from_its_checks_front() {
     use graph_passes::memory;
-    // x -> two 1x1 conv+relu branches -> Concat(axis 1) -> Neg -> output.
-    let mut g = ComputeGraph::new("cat2");
-    let x = g.add_input("x", F, [1, 4, 8, 8]).unwrap();
-    let mut outs = Vec::new();
-    for (name, c) in [("a", 4), ("b", 8)] {
-        let w = g.add_weight(&format!("{name}.w"), F, [c, 4, 1, 1]).unwrap();
-        let conv = n1(&mut g, &format!("{name}.conv"), Op::Conv(Default::default()), &[x, w]);
-        outs.push(n1(&mut g, &format!("{name}.relu"), Op::Relu, &[conv]));
-    }
-    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
-    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
-    g.mark_output(y).unwrap();
+    let g = fusion_util::concat_of_convs(1, 4, 8, 8);
     for streams in [1, 2] {
         let o = opts(streams, true);
         let r = graph_plan::run_pipeline(&g, &o, Some(graph_plan::Pass::Memory)).unwrap();

@@ -1,5 +1,6 @@
-//! Shared helpers of the fusion test suites: running the pass, naming groups, and an independent checker of a
-//! fusion plan's invariants (written from the graph and the plan alone, sharing no code with the pass).
+//! Shared helpers of the fusion test suites (memory_plans builds its graphs with them too): running the pass,
+//! naming groups, and an independent checker of a fusion plan's invariants (written from the graph and the plan
+//! alone, sharing no code with the pass).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use graph_ir::op::CustomOp;
@@ -728,4 +729,20 @@ pub fn caps_strategy() -> impl proptest::strategy::Strategy<Value = FusionCaps> 
         max_inputs,
         max_ops,
     })
+}
+
+/// `x [n,c,h,w]` -> two 1x1 conv+relu branches of `ca` and `cb` channels -> Concat(axis 1) -> Neg -> output.
+pub fn concat_of_convs(n: usize, ca: usize, cb: usize, hw: usize) -> ComputeGraph {
+    let mut g = ComputeGraph::new("cat2");
+    let x = g.add_input("x", F, [n, 4, hw, hw]).unwrap();
+    let mut outs = Vec::new();
+    for (name, c) in [("a", ca), ("b", cb)] {
+        let w = g.add_weight(&format!("{name}.w"), F, [c, 4, 1, 1]).unwrap();
+        let conv = n1(&mut g, &format!("{name}.conv"), Op::Conv(Default::default()), &[x, w]);
+        outs.push(n1(&mut g, &format!("{name}.relu"), Op::Relu, &[conv]));
+    }
+    let cat = n1(&mut g, "cat", Op::Concat { axis: 1 }, &outs);
+    let y = n1(&mut g, "neg", Op::Neg, &[cat]);
+    g.mark_output(y).unwrap();
+    g
 }
