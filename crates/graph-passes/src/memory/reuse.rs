@@ -515,6 +515,27 @@ mod tests {
         assert_eq!(free.sorted([(128, 384), (448, 448)].into_iter()), &[(0, 128), (384, 448), (448, 512)]);
     }
 
+    /// Occupy `ranges` in turn (range `i` by occupant `i`) in `map` and in a tree, asking both before each step
+    /// for the occupants of a range from `query`: every answer and every displaced list must agree.
+    fn answers_as_the_tree(
+        case: usize,
+        map: &mut AddressMap,
+        ranges: &[(u64, u64)],
+        mut query: impl FnMut() -> (u64, u64),
+    ) {
+        let mut tree = AddressMap::Tree(BTreeMap::new());
+        let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        for (who, &(lo, size)) in ranges.iter().enumerate() {
+            let (q, q_end) = query();
+            map.occupants(q, q_end, &mut a);
+            tree.occupants(q, q_end, &mut b);
+            assert_eq!(a, b, "case {case}: occupants of [{q}, {q_end})");
+            map.occupy(lo, lo + size, who as u32, &mut a, &mut scratch);
+            tree.occupy(lo, lo + size, who as u32, &mut b, &mut scratch);
+            assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
+        }
+    }
+
     #[test]
     fn slot_table_answers_as_the_tree_does() {
         // Random sweeps of ranges on 256-byte slots: every query and every update of the slot table gives the
@@ -531,18 +552,10 @@ mod tests {
                 .collect();
             let mut slots = AddressMap::for_ranges(ranges.iter().copied(), height);
             assert!(matches!(slots, AddressMap::Slots { .. }), "case {case}: aligned ranges take the slot table");
-            let mut tree = AddressMap::Tree(BTreeMap::new());
-            let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-            for (who, &(lo, size)) in ranges.iter().enumerate() {
+            answers_as_the_tree(case, &mut slots, &ranges, || {
                 let q = 256 * rng.below(height / 256);
-                let q_end = (q + 256 * (1 + rng.below(4))).min(height);
-                slots.occupants(q, q_end, &mut a);
-                tree.occupants(q, q_end, &mut b);
-                assert_eq!(a, b, "case {case}: occupants of [{q}, {q_end})");
-                slots.occupy(lo, lo + size, who as u32, &mut a, &mut scratch);
-                tree.occupy(lo, lo + size, who as u32, &mut b, &mut scratch);
-                assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
-            }
+                (q, (q + 256 * (1 + rng.below(4))).min(height))
+            });
         }
         // Ranges off the slots or too many slots for the ranges take the sorted list; an empty range or one past
         // the height, the tree.
@@ -573,18 +586,10 @@ mod tests {
                 continue;
             }
             assert!(matches!(runs, AddressMap::Runs(_)), "case {case}: non-empty ranges start as a list");
-            let mut tree = AddressMap::Tree(BTreeMap::new());
-            let (mut a, mut b, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-            for (who, &(lo, size)) in ranges.iter().enumerate() {
+            answers_as_the_tree(case, &mut runs, &ranges, || {
                 let q = rng.below(height);
-                let q_end = (q + 1 + rng.below(300)).min(height);
-                runs.occupants(q, q_end, &mut a);
-                tree.occupants(q, q_end, &mut b);
-                assert_eq!(a, b, "case {case}: occupants of [{q}, {q_end})");
-                runs.occupy(lo, lo + size, who as u32, &mut a, &mut scratch);
-                tree.occupy(lo, lo + size, who as u32, &mut b, &mut scratch);
-                assert_eq!(a, b, "case {case}: displaced by [{lo}, {})", lo + size);
-            }
+                (q, (q + 1 + rng.below(300)).min(height))
+            });
             grew += usize::from(matches!(runs, AddressMap::Tree(_)));
         }
         assert!(grew > 0, "no case passed RUNS_MAX ranges");
