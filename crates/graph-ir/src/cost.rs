@@ -202,7 +202,7 @@ mod tests {
     use crate::{DType, Shape};
 
     fn t(v: &[usize]) -> TensorSpec {
-        TensorSpec { dtype: DType::F32, shape: Shape::from(v.to_vec()) }
+        TensorSpec { dtype: DType::F32, shape: Shape::from(v) }
     }
 
     #[test]

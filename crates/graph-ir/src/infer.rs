@@ -258,7 +258,7 @@ fn infer_inner(op: &Op, inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
                 return attr_err("epsilon", format!("must be finite and >= 0, got {epsilon}"));
             }
             let a = axis_in(*axis, s.rank(), "axis")?;
-            let norm = Shape::from(s.0[a..].to_vec());
+            let norm = Shape::from(&s.0[a..]);
             for i in 1..inp.len() {
                 let (di, si) = x(i);
                 same_dtype(d, di)?;
@@ -553,13 +553,7 @@ fn matmul(inp: &[(DType, &Shape)]) -> R<Vec<TensorSpec>> {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => {
-                return shape_err(format!(
-                    "cannot broadcast {} with {}",
-                    Shape::from(ab.to_vec()),
-                    Shape::from(bb.to_vec())
-                ))
-            }
+            _ => return shape_err(format!("cannot broadcast {} with {}", Shape::from(ab), Shape::from(bb))),
         });
     }
     if sa.rank() > 1 {
@@ -855,7 +849,7 @@ mod tests {
     use crate::op::{GeluApprox, MemSpace};
 
     fn s(v: &[usize]) -> Shape {
-        Shape::from(v.to_vec())
+        Shape::from(v)
     }
 
     /// `infer`, and on every case of these tests the property `GraphEdit::place` relies on to skip

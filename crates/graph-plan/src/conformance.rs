@@ -139,23 +139,15 @@ fn f(shape: &[usize], v: &[f32]) -> HostTensor {
 }
 
 fn i64s(shape: &[usize], v: &[i64]) -> HostTensor {
-    HostTensor {
-        dtype: DType::I64,
-        shape: Shape::from(shape.to_vec()),
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
+    HostTensor { dtype: DType::I64, shape: Shape::from(shape), data: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
 }
 
 fn i32s(shape: &[usize], v: &[i32]) -> HostTensor {
-    HostTensor {
-        dtype: DType::I32,
-        shape: Shape::from(shape.to_vec()),
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
+    HostTensor { dtype: DType::I32, shape: Shape::from(shape), data: v.iter().flat_map(|x| x.to_le_bytes()).collect() }
 }
 
 fn bytes(dtype: DType, shape: &[usize], v: &[u8]) -> HostTensor {
-    HostTensor { dtype, shape: Shape::from(shape.to_vec()), data: v.to_vec() }
+    HostTensor { dtype, shape: Shape::from(shape), data: v.to_vec() }
 }
 
 fn bools(shape: &[usize], v: &[bool]) -> HostTensor {
@@ -165,7 +157,7 @@ fn bools(shape: &[usize], v: &[bool]) -> HostTensor {
 fn f16s(shape: &[usize], v: &[f32]) -> HostTensor {
     HostTensor {
         dtype: DType::F16,
-        shape: Shape::from(shape.to_vec()),
+        shape: Shape::from(shape),
         data: v.iter().flat_map(|&x| f32_to_f16(x).to_le_bytes()).collect(),
     }
 }
@@ -174,7 +166,7 @@ fn bf16s(shape: &[usize], v: &[f32]) -> HostTensor {
     // The values used are exact in bf16 (truncation is exact for them).
     HostTensor {
         dtype: DType::BF16,
-        shape: Shape::from(shape.to_vec()),
+        shape: Shape::from(shape),
         data: v.iter().flat_map(|&x| ((x.to_bits() >> 16) as u16).to_le_bytes()).collect(),
     }
 }
