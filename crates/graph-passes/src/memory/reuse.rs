@@ -129,9 +129,10 @@ impl AddressMap {
             AddressMap::Runs(runs) => {
                 let (i, j) = overlapping(runs, lo, hi);
                 displaced.extend(runs[i..j].iter().map(|r| r.2));
-                let (first, last) = (runs.get(i).copied(), j.checked_sub(1).and_then(|k| runs.get(k)).copied());
-                let before = first.filter(|r| i < j && r.0 < lo).map(|r| (r.0, lo, r.2));
-                let after = last.filter(|r| i < j && r.1 > hi).map(|r| (hi, r.1, r.2));
+                // The first and last runs met may stick out below `lo` and above `hi`: those parts stay theirs.
+                let (first, last) = (runs[i..j].first(), runs[i..j].last());
+                let before = first.filter(|r| r.0 < lo).map(|r| (r.0, lo, r.2));
+                let after = last.filter(|r| r.1 > hi).map(|r| (hi, r.1, r.2));
                 runs.splice(i..j, before.into_iter().chain([(lo, hi, who)]).chain(after));
                 if runs.len() > RUNS_MAX {
                     *self = AddressMap::Tree(runs.iter().map(|&(s, e, j)| (s, (e, j))).collect());
